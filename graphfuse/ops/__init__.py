@@ -1,0 +1,14 @@
+"""The ``graphfuse::`` custom ops: schemas, fake impls, references and kernel registration.
+
+Importing this package defines every op (so ``torch.export.load`` of a rewritten program
+works), registers the fake impls, and loads the prebuilt native module ``graphfuse._C`` with
+the CPU kernels. It never initialises CUDA and never compiles anything.
+"""
+
+from __future__ import annotations
+
+from . import _library  # noqa: F401  (defines the schemas first)
+from . import _fake_attention, _fake_quant  # noqa: F401
+from ._native import native_available as native_available
+
+__all__ = ["native_available"]

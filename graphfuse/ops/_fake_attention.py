@@ -1,0 +1,1 @@
+"""Fake (meta) impls of the fused attention ops."""

@@ -1,0 +1,1 @@
+"""Fake (meta) impls of the quantization ops."""

@@ -1,0 +1,49 @@
+"""The ``graphfuse`` op namespace: every schema is defined here, once.
+
+Kernels register against these schemas: C++ CPU kernels in ``graphfuse/csrc`` (through
+``TORCH_LIBRARY_IMPL(graphfuse, CPU, m)``), Triton kernels for CUDA in ``graphfuse/triton``,
+fake impls in ``graphfuse/ops/_fake.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+LIB = torch.library.Library("graphfuse", "DEF")
+
+# Arguments shared by the fused attention ops (q: [B, Hq, Sq, D]; k, v: [B, Hkv, Skv, D]).
+#   *_scale: dequant scale of an FP8 input (None for 16/32-bit inputs)
+#   attn_mask: bool (True = keep) or additive, broadcastable to [B, Hq, Sq, Skv]
+#   causal: "none" | "top_left" (SDPA's is_causal) | "bottom_right" (queries at the end)
+#   scale: softmax scale (None: 1/sqrt(D))
+#   layout: "bhsd" -> [B, H, S, D]; "bshd" -> [B, S, H, D]; "bs(hd)" -> [B, S, H*D];
+#           "(bs)(hd)" -> [B*S, H*D]
+#   precision: "default" (16-bit probabilities on tensor cores) | "fast" (FP8 probabilities)
+_ATTN_ARGS = (
+    "Tensor q, Tensor k, Tensor v, Tensor? q_scale, Tensor? k_scale, Tensor? v_scale, "
+    "Tensor? attn_mask, str causal, float? scale, str layout, str precision"
+)
+
+SCHEMAS = {
+    "fp8_static_quant": "fp8_static_quant(Tensor x, Tensor scale) -> Tensor",
+    "fp8_dequant": "fp8_dequant(Tensor x, Tensor scale, ScalarType dtype) -> Tensor",
+    "nvfp4_quant": (
+        "nvfp4_quant(Tensor x, Tensor global_scale, bool swizzle=True) -> (Tensor, Tensor)"
+    ),
+    "nvfp4_dequant": (
+        "nvfp4_dequant(Tensor packed, Tensor block_scale, Tensor global_scale, "
+        "ScalarType dtype, bool swizzled=True) -> Tensor"
+    ),
+    # 16-bit (or fp32) output: fusions that only fold FP8 inputs.
+    "attention": f"attention({_ATTN_ARGS}, ScalarType out_dtype) -> Tensor",
+    # FP8 e4m3 output; out_scale is the output's dequant scale s_o.
+    "attention_fp8": f"attention_fp8({_ATTN_ARGS}, Tensor out_scale) -> Tensor",
+    # NVFP4 output (packed [M, K/2] uint8, swizzled e4m3 block scales); out_global_scale is
+    # the encode global scale g. M, K are the rows / last dim of the output layout.
+    "attention_nvfp4": (
+        f"attention_nvfp4({_ATTN_ARGS}, Tensor out_global_scale) -> (Tensor, Tensor)"
+    ),
+}
+
+for _schema in SCHEMAS.values():
+    LIB.define(_schema)
