@@ -1,5 +1,62 @@
-"""graphfuse: declarative fusion passes for PyTorch graphs."""
+"""graphfuse: declarative fusion passes for PyTorch graphs.
+
+Example::
+
+    import graphfuse
+    result = graphfuse.apply(torch.export.export(model, args), "trtllm")
+    result.report.counts        # rule -> rewrites
+"""
 
 from __future__ import annotations
 
+from . import dsl as dsl
 from . import ops as ops  # registers every graphfuse:: op
+from ._api import Result as Result
+from ._api import apply as apply
+from ._api import explain as explain
+from ._errors import (
+    FixpointError as FixpointError,
+)
+from ._errors import (
+    GraphfuseError as GraphfuseError,
+)
+from ._errors import (
+    PatternLoadError as PatternLoadError,
+)
+from ._errors import (
+    ProgramLoadError as ProgramLoadError,
+)
+from ._errors import (
+    RewriteError as RewriteError,
+)
+from ._errors import (
+    UnsafeProgramError as UnsafeProgramError,
+)
+from ._match import Match as Match
+from ._patterns import load_patterns as load_patterns
+from ._report import NearMiss as NearMiss
+from ._report import Report as Report
+from ._rewriter import Builder as Builder
+from ._rules import Rule as Rule
+from ._rules import RuleSet as RuleSet
+
+__all__ = [
+    "Builder",
+    "FixpointError",
+    "GraphfuseError",
+    "Match",
+    "NearMiss",
+    "PatternLoadError",
+    "ProgramLoadError",
+    "Report",
+    "Result",
+    "RewriteError",
+    "Rule",
+    "RuleSet",
+    "UnsafeProgramError",
+    "apply",
+    "dsl",
+    "explain",
+    "load_patterns",
+    "ops",
+]

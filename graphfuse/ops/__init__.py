@@ -8,7 +8,7 @@ the CPU kernels. It never initialises CUDA and never compiles anything.
 from __future__ import annotations
 
 from . import _library  # noqa: F401  (defines the schemas first)
-from . import _fake_attention, _fake_quant  # noqa: F401
+from . import _fake_attention, _fake_paged, _fake_quant  # noqa: F401
 from ._native import native_available as native_available
 
 __all__ = ["native_available"]

@@ -1,0 +1,81 @@
+"""The public entry points: ``apply`` and ``explain``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from ._patterns import load_patterns
+from ._program import copy_program, finish_program, graph_module_of
+from ._report import Report
+from ._rules import RuleSet
+from ._runner import Progress, run_rules, timed
+
+P = TypeVar("P")
+
+
+@dataclass
+class Result(Generic[P]):
+    """What :func:`apply` returns: the rewritten program (same kind as the input) and the
+    report (``report.counts`` maps rule name -> number of rewrites)."""
+
+    program: P
+    report: Report
+
+
+def apply(
+    program: P,
+    rules: str | RuleSet = "trtllm",
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> Result[P]:
+    """Apply a rule set to an exported program or GraphModule; the input is not mutated.
+
+    Args:
+        program: a ``torch.export.ExportedProgram`` (pre-dispatch or after
+            ``run_decompositions()``) or a ``torch.fx.GraphModule``.
+        rules: a bundled rule-set name, a path to a rule file, or a :class:`RuleSet`.
+        dry_run: only count what would fire; ``Result.program`` is the input itself.
+        progress: optional ``progress(done, total)`` callback while matching.
+
+    Returns:
+        :class:`Result` with ``program`` (a new program of the same kind) and ``report``.
+
+    Example::
+
+        ep = torch.export.export(model, args)
+        result = graphfuse.apply(ep, "trtllm")
+        print(result.report.counts)      # {'attention_fp8_out': 32, ...}
+        torch.export.save(result.program, "fused.pt2")
+    """
+    rule_set = load_patterns(rules)
+    start = time.perf_counter()
+    if dry_run:
+        gm = graph_module_of(program)
+        report = run_rules(gm.graph, rule_set, dry_run=True, progress=progress)
+        timed(report, "rewrite", start)
+        return Result(program, report)
+    original, gm = copy_program(program)
+    now = time.perf_counter()
+    report = run_rules(gm.graph, rule_set, progress=progress)
+    report.timings["copy"] = now - start
+    now = timed(report, "rewrite", now)
+    out = finish_program(original, gm)
+    timed(report, "recompile", now)
+    return Result(out, report)
+
+
+def explain(program: object, rules: str | RuleSet = "trtllm", *, min_depth: int = 2) -> Report:
+    """Why rules did not fire: every candidate where a rule got at least ``min_depth``
+    pattern ops deep, with the failed condition as one sentence. Changes nothing.
+
+    Example::
+
+        for miss in graphfuse.explain(ep).near_misses:
+            print(miss)   # rule attention_fp8_out at to_3: the scale s has shape [1, 4096]; ...
+    """
+    rule_set = load_patterns(rules)
+    gm = graph_module_of(program)
+    return run_rules(gm.graph, rule_set, dry_run=True, explain=True, min_depth=min_depth)

@@ -1,0 +1,99 @@
+"""Schema normalisation of a node's arguments.
+
+``normalize(node)`` returns the node's arguments as one list in schema order (positional
+and keyword-only alike), with defaults filled, so that ``softmax(x, -1)``,
+``softmax(x, dim=3)`` and ``softmax(self=x, dim=-1)`` all read ``[x, 3, False]`` for a 4-D
+``x``. Negative dims are canonicalised with the rank of the op's first tensor argument.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, NamedTuple
+
+import torch
+from torch import fx
+
+_DIM_NAMES = frozenset({"dim", "dims", "dim0", "dim1", "start_dim", "end_dim", "source"})
+_NO_DEFAULT = object()
+
+
+class ArgSpec(NamedTuple):
+    """The argument names of a target, their defaults, and which ones are dims."""
+
+    names: tuple[str, ...]
+    defaults: tuple[Any, ...]  # _NO_DEFAULT where the schema has none
+    dim_args: frozenset[int]
+
+
+@cache
+def arg_spec(target: Any) -> ArgSpec | None:
+    """The schema-derived :class:`ArgSpec` of an ``OpOverload`` (None for other targets)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    names, defaults, dims = [], [], set()
+    for i, a in enumerate(target._schema.arguments):
+        names.append(a.name)
+        defaults.append(a.default_value if a.has_default_value() else _NO_DEFAULT)
+        tname = str(a.type)
+        if a.name in _DIM_NAMES and tname.startswith(("int", "Optional[int]", "List[int]")):
+            dims.add(i)
+    return ArgSpec(tuple(names), tuple(defaults), frozenset(dims))
+
+
+def arg_index(target: Any, name: str) -> int | None:
+    """Schema position of argument ``name`` of ``target`` (None if it has no such one)."""
+    spec = arg_spec(target)
+    if spec is None:
+        return None
+    try:
+        return spec.names.index(name)
+    except ValueError:
+        return None
+
+
+def _rank(value: Any) -> int | None:
+    if isinstance(value, fx.Node):
+        val = value.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return val.dim()
+    return None
+
+
+def canonical_dim(d: Any, rank: int | None) -> Any:
+    """``d`` (an int or a list of ints) with negative dims made non-negative."""
+    if rank is None:
+        return d
+    if isinstance(d, int) and not isinstance(d, bool):
+        return d + rank if d < 0 else d
+    if isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
+        return type(d)(x + rank if x < 0 else x for x in d)
+    return d
+
+
+def normalize(node: fx.Node) -> list[Any]:
+    """The node's arguments in schema order with defaults filled (see module docstring).
+
+    For targets without a schema (Python callables) this is ``list(node.args)``.
+    """
+    spec = arg_spec(node.target)
+    if spec is None:
+        return list(node.args)
+    out = list(node.args) + [_NO_DEFAULT] * (len(spec.names) - len(node.args))
+    if node.kwargs:
+        for k, v in node.kwargs.items():
+            if k in spec.names:
+                out[spec.names.index(k)] = v
+    for i, v in enumerate(out):
+        if v is _NO_DEFAULT:
+            out[i] = spec.defaults[i] if spec.defaults[i] is not _NO_DEFAULT else None
+    if spec.dim_args:
+        rank = _rank(out[0]) if out else None
+        for i in spec.dim_args:
+            out[i] = canonical_dim(out[i], rank)
+    return out
+
+
+def first_tensor_rank(node: fx.Node) -> int | None:
+    """Rank of the node's first argument's tensor value, if known (for pattern dims)."""
+    return _rank(node.args[0]) if node.args else None

@@ -1,0 +1,378 @@
+"""Matching patterns against an ``fx.Graph``: no tracing, backtracking over node arguments.
+
+The engine is a set of generators, one per pattern kind, sharing one mutable
+:class:`_State` with an undo trail: a generator yields each time its pattern matched
+(having extended the state) and undoes its own changes before trying the next way or
+giving up. Failures are reported to an optional tracer as cheap tuples; sentences are
+only built when somebody asks (``explain``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import fx
+
+from . import dsl as P
+from ._args import arg_index, arg_spec, canonical_dim, normalize
+from ._dims import same_size
+from ._failure import Failure
+from ._match import Match
+
+if TYPE_CHECKING:
+    from ._rules import Rule
+
+_ASSERT_TARGETS = frozenset(
+    t
+    for t in (
+        getattr(torch.ops.aten, "_assert_tensor_metadata", None),
+        getattr(torch.ops.aten, "sym_constrain_range", None),
+        getattr(torch.ops.aten, "sym_constrain_range_for_size", None),
+        getattr(torch.ops.aten, "_assert_scalar", None),
+    )
+    if t is not None
+    for t in ([t.default] if hasattr(t, "default") else [t])
+)
+
+
+def is_metadata_assert(node: fx.Node) -> bool:
+    """True for users that only assert metadata (they never count as escapes)."""
+    return node.op == "call_function" and node.target in _ASSERT_TARGETS
+
+
+class _Tracer:
+    """Keeps the deepest failure seen while matching one candidate."""
+
+    __slots__ = ("depth", "failure")
+
+    def __init__(self) -> None:
+        self.depth = -1
+        self.failure: Failure | None = None
+
+    def note(self, depth: int, failure: Failure) -> None:
+        if depth >= self.depth:
+            self.depth, self.failure = depth, failure
+
+
+class _State:
+    __slots__ = ("binds", "tags", "dims", "nodes", "node_set", "chains", "trail", "tracer")
+
+    def __init__(self, tracer: _Tracer | None) -> None:
+        self.binds: dict[str, Any] = {}
+        self.tags: dict[str, str] = {}
+        self.dims: dict[str, Any] = {}
+        self.chains: dict[str, tuple[fx.Node, ...]] = {}
+        self.nodes: list[fx.Node] = []
+        self.node_set: set[fx.Node] = set()
+        self.trail: list[tuple[dict | None, Any]] = []
+        self.tracer = tracer
+
+    def undo(self, mark: int) -> None:
+        trail = self.trail
+        while len(trail) > mark:
+            table, key = trail.pop()
+            if table is None:
+                self.node_set.discard(self.nodes.pop())
+            else:
+                del table[key]
+
+    def put(self, table: dict, key: str, value: Any) -> None:
+        table[key] = value
+        self.trail.append((table, key))
+
+    def add_node(self, node: fx.Node) -> None:
+        if node not in self.node_set:
+            self.nodes.append(node)
+            self.node_set.add(node)
+            self.trail.append((None, None))
+
+    def fail(self, kind: str, *info: Any) -> None:
+        if self.tracer is not None:
+            self.tracer.note(len(self.nodes), Failure(kind, info))
+
+
+def _targets_of(pat: P.Call) -> tuple[frozenset, frozenset]:
+    cached = _TARGET_CACHE.get(id(pat))
+    if cached is None:
+        exact = frozenset(t for t in pat.targets if not isinstance(t, torch._ops.OpOverloadPacket))
+        packets = frozenset(t for t in pat.targets if isinstance(t, torch._ops.OpOverloadPacket))
+        cached = _TARGET_CACHE[id(pat)] = (exact, packets, pat)
+    return cached[0], cached[1]
+
+
+_TARGET_CACHE: dict[int, tuple[frozenset, frozenset, P.Call]] = {}
+
+
+def target_matches(pat: P.Call, target: Any) -> bool:
+    exact, packets = _targets_of(pat)
+    if target in exact:
+        return True
+    return bool(packets) and getattr(target, "overloadpacket", None) in packets
+
+
+def _val(value: Any) -> Any:
+    return value.meta.get("val") if isinstance(value, fx.Node) else None
+
+
+def _m(pat: P.Pattern, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
+    kind = type(pat)
+    if kind is P.Call:
+        yield from _m_call(pat, value, st, where)
+    elif kind is P.Capture:
+        yield from _m_capture(pat, value, st, where)
+    elif kind is P.Wildcard:
+        yield
+    elif kind is P.Literal:
+        if _literal_equal(pat.value, value, where):
+            yield
+        else:
+            st.fail("literal", where, value, pat.value)
+    elif kind is P.Typed:
+        yield from _m_typed(pat, value, st, where)
+    elif kind is P.Alt:
+        for tag, branch in pat.branches:
+            mark = len(st.trail)
+            if pat.name is not None:
+                st.put(st.tags, pat.name, tag)
+            yield from _m(branch, value, st, where)
+            st.undo(mark)
+    elif kind is P.Maybe:
+        yield from _m_maybe(pat, value, st, where)
+    elif kind is P.ListOf:
+        yield from _m_list(pat, value, st, where)
+    else:
+        raise TypeError(f"not a pattern: {pat!r}")
+
+
+def _m_call(pat: P.Call, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
+    if not isinstance(value, fx.Node) or value.op != "call_function":
+        st.fail("not_call", where, value, pat)
+        return
+    if not target_matches(pat, value.target):
+        st.fail("target", value, pat)
+        return
+    mark = len(st.trail)
+    if pat.name is not None and not _bind(st, pat.name, value, where):
+        return
+    st.add_node(value)
+    args = normalize(value)
+    items: list[tuple[int, P.Pattern]] = list(enumerate(pat.args))
+    for key, sub in pat.kwargs:
+        idx = arg_index(value.target, key)
+        if idx is None:
+            st.fail("no_arg", value, key)
+            st.undo(mark)
+            return
+        items.append((idx, sub))
+    if any(i >= len(args) for i, _ in items):
+        st.fail("arity", value, len(args), pat)
+        st.undo(mark)
+        return
+    yield from _m_args(items, 0, args, value, st)
+    if pat.commutative:
+        swapped = [(items[1][0], items[0][1]), (items[0][0], items[1][1])] + items[2:]
+        yield from _m_args(swapped, 0, args, value, st)
+    st.undo(mark)
+
+
+def _m_args(items: list, k: int, args: list, node: fx.Node, st: _State) -> Iterator[None]:
+    if k == len(items):
+        yield
+        return
+    i, sub = items[k]
+    for _ in _m(sub, args[i], st, (node, i)):
+        yield from _m_args(items, k + 1, args, node, st)
+
+
+def _bind(st: _State, name: str, value: Any, where: tuple | None) -> bool:
+    if name in st.binds:
+        old = st.binds[name]
+        same = (
+            old is value if isinstance(old, fx.Node) or isinstance(value, fx.Node) else old == value
+        )
+        if not same:
+            st.fail("rebind", name, old, value)
+        return same
+    st.put(st.binds, name, value)
+    return True
+
+
+def _m_capture(pat: P.Capture, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
+    if pat.kind == "tensor":
+        val = _val(value)
+        if not isinstance(value, fx.Node) or (
+            val is not None and not isinstance(val, torch.Tensor)
+        ):
+            st.fail("kind", pat.name, value, "a tensor", where)
+            return
+    elif pat.kind == "scalar":
+        ok = isinstance(value, (int, float, bool)) or isinstance(
+            _val(value), (torch.SymInt, torch.SymFloat, torch.SymBool)
+        )
+        if not ok:
+            st.fail("kind", pat.name, value, "a scalar", where)
+            return
+    mark = len(st.trail)
+    if _bind(st, pat.name, value, where):
+        yield
+    st.undo(mark)
+
+
+def _m_typed(pat: P.Typed, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
+    for _ in _m(pat.inner, value, st, where):
+        mark = len(st.trail)
+        if _type_ok(pat, value, st):
+            yield
+        st.undo(mark)
+
+
+def _type_ok(pat: P.Typed, value: Any, st: _State) -> bool:
+    val = _val(value)
+    if not isinstance(val, torch.Tensor):
+        st.fail("no_meta", value)
+        return False
+    if pat.dtype is not None and val.dtype not in pat.dtype:
+        st.fail("dtype", value, val.dtype, pat.dtype)
+        return False
+    if pat.device is not None and val.device.type != pat.device:
+        st.fail("device", value, val.device.type, pat.device)
+        return False
+    rank = pat.rank if pat.rank is not None else (len(pat.shape) if pat.shape else None)
+    if rank is not None and val.dim() != rank:
+        st.fail("rank", value, val.dim(), rank)
+        return False
+    for name, size in zip(pat.shape or (), val.shape):
+        if name == "*":
+            continue
+        if isinstance(name, int):
+            if not same_size(name, size):
+                st.fail("size", value, size, name, None)
+                return False
+        elif name in st.dims:
+            if not same_size(st.dims[name], size):
+                st.fail("size", value, size, name, st.dims[name])
+                return False
+        else:
+            st.put(st.dims, name, size)
+    return True
+
+
+def _m_maybe(pat: P.Maybe, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
+    chain: list[fx.Node] = []
+    steps = [(value, ())]
+    cur = value
+    probe = P.Call(pat.targets)
+    while (
+        isinstance(cur, fx.Node)
+        and cur.op == "call_function"
+        and target_matches(probe, cur.target)
+        and cur.args
+    ):
+        chain.append(cur)
+        cur = cur.args[0]
+        steps.append((cur, tuple(chain)))
+    for inner_value, through in reversed(steps):  # longest chain first
+        mark = len(st.trail)
+        for n in through:
+            st.add_node(n)
+        if pat.name is not None:
+            st.put(st.chains, pat.name, through)
+        yield from _m(pat.inner, inner_value, st, where if not through else (through[-1], 0))
+        st.undo(mark)
+
+
+def _m_list(pat: P.ListOf, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
+    if not isinstance(value, (list, tuple)) or len(value) != len(pat.items):
+        st.fail("literal", where, value, pat)
+        return
+    yield from _m_items(pat.items, 0, value, st, where)
+
+
+def _m_items(items: tuple, k: int, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
+    if k == len(items):
+        yield
+        return
+    for _ in _m(items[k], value[k], st, where):
+        yield from _m_items(items, k + 1, value, st, where)
+
+
+def _literal_equal(want: Any, got: Any, where: tuple | None) -> bool:
+    if isinstance(got, fx.Node):
+        return False
+    if type(want) is not type(got) and not (
+        isinstance(want, (int, float)) and isinstance(got, (int, float))
+    ):
+        if not (isinstance(want, (list, tuple)) and isinstance(got, (list, tuple))):
+            return False
+    if want == got or (isinstance(want, (list, tuple)) and list(want) == list(got)):
+        return True
+    if where is not None:
+        node, i = where
+        spec = arg_spec(node.target)
+        if spec is not None and i in spec.dim_args:
+            arg0 = node.args[0] if node.args else None
+            rank = _val(arg0).dim() if isinstance(_val(arg0), torch.Tensor) else None
+            w = canonical_dim(want, rank)
+            return w == got or (isinstance(w, (list, tuple)) and list(w) == list(got))
+    return False
+
+
+# --------------------------------------------------------------------------- whole rules
+
+
+def escape_of(nodes: list[fx.Node], roots: tuple[fx.Node, ...], node_set: set) -> Failure | None:
+    """The first intermediate (a matched node that is not a root) with a real user outside
+    the match, as a :class:`Failure`; None when the match is self-contained."""
+    for n in nodes:
+        if n in roots:
+            continue
+        for user in n.users:
+            if user not in node_set and not is_metadata_assert(user):
+                return Failure("escape", (n, user))
+    return None
+
+
+def match_rule(rule: Rule, node: fx.Node, tracer: _Tracer | None = None) -> Match | Failure | None:
+    """Match ``rule`` with its first root at ``node``.
+
+    Returns a :class:`Match` whose escape check and ``rule.check`` passed, else the first
+    escape / check failure as a :class:`Failure`, else None (structure did not match; the
+    tracer, if given, holds the deepest structural failure).
+    """
+    st = _State(tracer)
+    first_failure: Failure | None = None
+    roots_pats = rule.patterns
+    for roots in _m_roots(roots_pats, 0, (node,), st):
+        m = Match(rule, roots, st)
+        failure = escape_of(m.nodes, roots, st.node_set) or m.run_check()
+        if failure is None:
+            return m
+        if first_failure is None:
+            first_failure = failure
+    return first_failure
+
+
+def _m_roots(pats: tuple, k: int, roots: tuple, st: _State) -> Iterator[tuple]:
+    if k == 0:
+        for _ in _m(pats[0], roots[0], st, None):
+            yield from _m_roots(pats, 1, roots, st)
+        return
+    if k == len(pats):
+        yield roots
+        return
+    # Later roots are found among the users of what the match holds so far.
+    seen: set[fx.Node] = set()
+    for held in list(st.nodes) + [v for v in st.binds.values() if isinstance(v, fx.Node)]:
+        for cand in held.users:
+            if cand in seen or cand in st.node_set or cand.op != "call_function":
+                continue
+            seen.add(cand)
+            for _ in _m(pats[k], cand, st, None):
+                yield from _m_roots(pats, k + 1, roots + (cand,), st)
+
+
+def is_getitem(node: fx.Node) -> bool:
+    return node.op == "call_function" and node.target is operator.getitem

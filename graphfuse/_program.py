@@ -1,0 +1,71 @@
+"""Programs in memory: copy an ExportedProgram / GraphModule, and make a rewritten graph
+a valid program again (graph signature, recompile)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from torch import fx
+from torch.export import ExportedProgram
+from torch.export.graph_signature import TensorArgument
+
+from ._errors import GraphfuseError
+
+Program = ExportedProgram | fx.GraphModule
+
+
+def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """A new GraphModule with a copied graph (node meta copied shallowly: fake values are
+    shared, never mutated) that shares the original's parameters and submodules."""
+    graph = fx.Graph(owning_module=None, tracer_cls=gm.graph._tracer_cls)
+    val_map: dict[fx.Node, fx.Node] = {}
+    out = graph.graph_copy(gm.graph, val_map, return_output_node=True)
+    if out is not None:
+        value, old_out = out
+        graph.output(value).meta = copy.copy(old_out.meta)
+    graph._codegen = copy.deepcopy(gm.graph._codegen)
+    new = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    new.meta = copy.copy(getattr(gm, "meta", {}))
+    return new
+
+
+def copy_program(program: Program) -> tuple[Program, fx.GraphModule]:
+    """(a copy of ``program``, its graph module to rewrite in place)."""
+    if isinstance(program, ExportedProgram):
+        gm = copy_graph_module(program.graph_module)
+        return program, gm
+    if isinstance(program, fx.GraphModule):
+        gm = copy_graph_module(program)
+        return gm, gm
+    raise GraphfuseError(
+        f"graphfuse works on torch.export.ExportedProgram or torch.fx.GraphModule, "
+        f"not {type(program).__name__}"
+    )
+
+
+def finish_program(original: Program, gm: fx.GraphModule) -> Program:
+    """Recompile ``gm`` and wrap it like ``original`` (an ExportedProgram gets a graph
+    signature whose output names follow the rewritten output node)."""
+    gm.recompile()
+    if not isinstance(original, ExportedProgram):
+        return gm
+    sig = copy.deepcopy(original.graph_signature)
+    out_node = gm.graph.output_node()
+    outs = out_node.args[0] if out_node.args else ()
+    outs = outs if isinstance(outs, (list, tuple)) else (outs,)
+    for spec, node in zip(sig.output_specs, outs):
+        if isinstance(spec.arg, TensorArgument) and isinstance(node, fx.Node):
+            spec.arg = TensorArgument(name=node.name)
+    return original._update(gm, sig)
+
+
+def graph_module_of(program: Any) -> fx.GraphModule:
+    if isinstance(program, ExportedProgram):
+        return program.graph_module
+    if isinstance(program, fx.GraphModule):
+        return program
+    raise GraphfuseError(
+        f"graphfuse works on torch.export.ExportedProgram or torch.fx.GraphModule, "
+        f"not {type(program).__name__}"
+    )

@@ -1,0 +1,149 @@
+"""Rules (pattern + check + rewrite) and rule sets (named, combinable with ``+``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from . import dsl as P
+
+if TYPE_CHECKING:
+    from ._match import Match
+    from ._rewriter import Builder
+
+CheckFn = Callable[["Match"], Any]
+RewriteFn = Callable[["Match", "Builder"], Any]
+
+
+def _caller_location(depth: int) -> tuple[str, int]:
+    frame = sys._getframe(depth)
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+def anchor_targets(pat: P.Pattern) -> tuple:
+    """The op targets a pattern's root can be, used to index candidates."""
+    if isinstance(pat, P.Call):
+        return pat.targets
+    if isinstance(pat, P.Typed):
+        return anchor_targets(pat.inner)
+    if isinstance(pat, P.Alt):
+        return tuple(t for _, b in pat.branches for t in anchor_targets(b))
+    if isinstance(pat, P.Maybe):
+        return pat.targets + anchor_targets(pat.inner)
+    raise ValueError(f"a rule's pattern must be rooted at an op call, not {pat!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """One fusion: ``pattern`` (structure) + ``check`` (conditions) + ``rewrite``.
+
+    Args:
+        name: unique within a rule set; reports use it.
+        pattern: a :mod:`graphfuse.dsl` pattern, or a tuple of them for a multi-output
+            match (the first is the anchor; the rest are found among users of its nodes).
+        rewrite: ``rewrite(match, builder)`` builds the replacement with
+            ``builder.call(...)`` and returns the new node (a tuple for several roots).
+            It must have no side effects.
+        check: ``check(match)`` returns None when the rewrite may happen, else a reason
+            (``match.fail(...)``, a string, or False).
+        priority: higher rules win overlaps; ties go to the earlier root in the graph.
+        doc: one line for ``graphfuse patterns``.
+
+    Example::
+
+        rule = Rule("fp8_quant", pattern=quant, rewrite=lambda m, b: b.call(
+            torch.ops.graphfuse.fp8_static_quant.default, m["x"], m["s"]))
+    """
+
+    name: str
+    pattern: P.Pattern | tuple[P.Pattern, ...]
+    rewrite: RewriteFn
+    check: CheckFn | None = None
+    priority: int = 0
+    doc: str = ""
+    location: tuple[str, int] = field(default=("", 0), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.location == ("", 0):
+            object.__setattr__(self, "location", _caller_location(3))
+        for p in self.patterns:
+            if not isinstance(p, P.Pattern):
+                raise TypeError(f"rule {self.name}: pattern must be a dsl Pattern, got {p!r}")
+        anchor_targets(self.patterns[0])
+        if not self.doc:
+            fn_doc = (getattr(self.rewrite, "__doc__", None) or "").strip()
+            object.__setattr__(self, "doc", fn_doc.splitlines()[0] if fn_doc else "")
+
+    @property
+    def patterns(self) -> tuple[P.Pattern, ...]:
+        return self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` where the rule was defined."""
+        return f"{self.location[0]}:{self.location[1]}"
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, defined at {self.where})"
+
+
+class RuleSet:
+    """A named, ordered collection of rules, indexed once by root op target.
+
+    Rule sets combine with ``+``; names must stay unique.
+
+    Example::
+
+        mine = RuleSet("mine", [rule_a, rule_b]) + graphfuse.load_patterns("trtllm")
+    """
+
+    def __init__(self, name: str, rules: Iterable[Rule] = (), *, doc: str = "") -> None:
+        self.name = name
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.doc = doc
+        names = [r.name for r in self.rules]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"rule set {name}: duplicate rule names {dup}")
+        self._exact: dict[Any, list[Rule]] = {}
+        self._packets: dict[Any, list[Rule]] = {}
+        for rule in self.rules:
+            for t in dict.fromkeys(anchor_targets(rule.patterns[0])):
+                table = self._packets if isinstance(t, torch._ops.OpOverloadPacket) else self._exact
+                table.setdefault(t, []).append(rule)
+
+    def __add__(self, other: RuleSet) -> RuleSet:
+        return RuleSet(f"{self.name}+{other.name}", self.rules + other.rules)
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def __getitem__(self, name: str) -> Rule:
+        for r in self.rules:
+            if r.name == name:
+                return r
+        raise KeyError(f"rule set {self.name} has no rule {name!r}")
+
+    def __repr__(self) -> str:
+        return f"RuleSet({self.name!r}, {len(self.rules)} rules)"
+
+    def candidates(self, graph: torch.fx.Graph) -> list[tuple[Rule, torch.fx.Node]]:
+        """(rule, node) pairs to try, found through the graph's op index (no full scan)."""
+        out: list[tuple[Rule, torch.fx.Node]] = []
+        for target, rules in self._exact.items():
+            nodes = graph.find_nodes(op="call_function", target=target, sort=False)
+            out.extend((r, n) for n in nodes for r in rules)
+        for packet, rules in self._packets.items():
+            for ovl in packet.overloads():
+                nodes = graph.find_nodes(
+                    op="call_function", target=getattr(packet, ovl), sort=False
+                )
+                out.extend((r, n) for n in nodes for r in rules)
+        return out

@@ -1,0 +1,1 @@
+"""Fake (meta) impls of the paged decode-attention ops."""
