@@ -39,6 +39,7 @@ from ._report import Report as Report
 from ._rewriter import Builder as Builder
 from ._rules import Rule as Rule
 from ._rules import RuleSet as RuleSet
+from ._trace import traced_rule as traced_rule
 
 __all__ = [
     "Builder",
@@ -59,4 +60,5 @@ __all__ = [
     "explain",
     "load_patterns",
     "ops",
+    "traced_rule",
 ]
