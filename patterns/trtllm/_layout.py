@@ -1,0 +1,79 @@
+"""Which output layout a chain of layout ops spells, by simulating it on labelled axes.
+
+The attention output is ``[B, H, S, D]``. Each op of the chain between attention and the
+quant (transpose / permute / reshape / view / clone / flatten) is replayed on *groups of
+labels*: a permutation reorders the groups, a reshape flattens them in order and regroups
+by the sizes its output has (``meta["val"]``, so ``-1`` and symbolic sizes need no
+arithmetic here). Size-1 labels carry no layout and are dropped. The result names one of
+the fused op's layouts, or None.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from graphfuse._dims import same_size
+
+aten = torch.ops.aten
+Groups = list[tuple[str, ...]]
+
+LAYOUTS: dict[str, list[tuple[str, ...]]] = {
+    "bhsd": [("B",), ("H",), ("S",), ("D",)],
+    "bshd": [("B",), ("S",), ("H",), ("D",)],
+    "bs(hd)": [("B",), ("S",), ("H", "D")],
+    "(bs)(hd)": [("B", "S"), ("H", "D")],
+}
+
+
+def _regroup(labels: list[str], sizes: dict[str, Any], shape: Any) -> Groups | None:
+    """Split ``labels`` (in memory order) into consecutive groups whose size products are
+    ``shape``; None if a dim would split a label."""
+    labels = [lb for lb in labels if not same_size(sizes[lb], 1)]
+    out: Groups = []
+    i = 0
+    for dim in shape:
+        group: list[str] = []
+        prod: Any = 1
+        while not same_size(prod, dim):
+            if i == len(labels):
+                return None
+            group.append(labels[i])
+            prod = prod * sizes[labels[i]]
+            i += 1
+        out.append(tuple(group))
+    return out if i == len(labels) else None
+
+
+def _strip(groups: Groups, sizes: dict[str, Any]) -> Groups:
+    return [tuple(lb for lb in g if not same_size(sizes[lb], 1)) for g in groups]
+
+
+def output_layout(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> str | None:
+    """The layout name the chain (outermost first) produces from ``start``'s value, where
+    ``start`` holds ``[B, H, S, D]`` (possibly already flattened, e.g. ``[B*H, S, D]``)."""
+    groups = _regroup(["B", "H", "S", "D"], sizes, start.meta["val"].shape)
+    for node in reversed(chain):
+        if groups is None:
+            return None
+        t, args = node.target, node.args
+        if t is aten.transpose.int:
+            rank = len(groups)
+            d0, d1 = args[1] % rank, args[2] % rank
+            groups[d0], groups[d1] = groups[d1], groups[d0]
+        elif t is aten.permute.default:
+            groups = [groups[d % len(groups)] for d in args[1]]
+        elif t in (aten.clone.default, aten.contiguous.default):
+            continue
+        else:  # reshape, view, _unsafe_view, flatten: regroup by the output's sizes
+            flat = [lb for g in groups for lb in g]
+            groups = _regroup(flat, sizes, node.meta["val"].shape)
+    if groups is None:
+        return None
+    stripped = _strip(groups, sizes)
+    for name, canon in LAYOUTS.items():
+        if len(canon) == len(groups) and stripped == _strip(list(canon), sizes):
+            return name
+    return None

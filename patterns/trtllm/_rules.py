@@ -1,0 +1,218 @@
+"""The ``trtllm`` rules: check (every condition, one sentence each) and rewrite."""
+
+from __future__ import annotations
+
+from numbers import Number
+from typing import Any
+
+import torch
+
+from graphfuse import Builder, Match, Rule
+from graphfuse import dsl as P
+
+from ._layout import output_layout
+from ._spellings import FP8, LAYOUT, aten, attention, fp8_quant_of, gf, nvfp4_quant_of
+
+_INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, FP8)
+
+
+def _number(m: Match, name: str) -> Any:
+    v = m.get(name)
+    return v if v is None or isinstance(v, Number) else m.fail("{n} is a tensor", n=name)
+
+
+def _softmax_scale(m: Match) -> Any:
+    """The softmax scale the match spells (None: SDPA's default 1/sqrt(D)), or a Failure."""
+    if m.tag("source") != "math":
+        scale = m.get("scale")
+        if scale is None or isinstance(scale, Number):
+            return scale
+        return m.fail("the softmax scale is a tensor ({s}); the fused op needs a constant", s=scale)
+    scale = 1.0
+    for name in ("q_prescale", "k_prescale", "post_scale"):
+        if name not in m:
+            continue
+        v = m[name]
+        if not isinstance(v, Number):
+            return m.fail("the softmax scale {n} is not a constant", n=name)
+        scale = scale / v if name == "post_scale" and m.tag("post_scale") == "div" else scale * v
+    return float(scale)
+
+
+def _check_heads(m: Match, name: str, hq: int) -> Any:
+    kv = m.val(name)
+    tag = m.tag(f"{name}_repeat")
+    if tag == "interleave":
+        reps = m[f"{name}_rep"]
+        if not isinstance(reps, int) or reps * kv.shape[1] != hq:
+            return m.fail("{n} is repeated {r} times to {h} heads", n=name, r=reps, h=hq)
+    elif tag == "expand":
+        sizes = m[f"{name}_exp"]
+        if not (isinstance(sizes, (list, tuple)) and len(sizes) == 5 and sizes[1] == kv.shape[1]):
+            return m.fail("{n} is expanded to {s}, not [B, Hkv, n_rep, S, D]", n=name, s=sizes)
+    if hq % kv.shape[1] != 0:
+        return m.fail("Hq = {hq} is not a multiple of Hkv = {hkv}", name, hq=hq, hkv=kv.shape[1])
+    return None
+
+
+def _mask(m: Match) -> Any:
+    for name in ("mask", "mask_add", "mask_dropped"):
+        if isinstance(m.get(name), torch.fx.Node):
+            return name
+    return None
+
+
+def check_attention(m: Match) -> Any:
+    """The conditions every fused attention needs (inputs, GQA, mask, dropout, scale)."""
+    for name in ("q", "k", "v"):
+        val = m.val(name)
+        if val.dim() != 4:
+            return m.fail(
+                "{n} has rank {r}; the fused op takes [B, H, S, D]", name, n=name, r=val.dim()
+            )
+        if val.dtype not in _INPUT_DTYPES:
+            return m.fail(
+                "{n} has dtype {d}; the fused op takes fp32/bf16/fp16/fp8",
+                name,
+                n=name,
+                d=val.dtype,
+            )
+        if f"{name}_scale" in m and (f := m.single_element(f"{name}_scale")):
+            return f
+    q, v = m.val("q"), m.val("v")
+    for name in ("k", "v"):
+        if (f := _check_heads(m, name, q.shape[1])) is not None:
+            return f
+    dropout = m.get("dropout")
+    if dropout not in (None, 0, 0.0):
+        return m.fail("dropout_p is {p}; the fused op has no dropout", p=dropout)
+    causal = m.get("is_causal", False)
+    if not isinstance(causal, bool):
+        return m.fail("is_causal is {c}; the fused op needs a constant", c=causal)
+    mask = _mask(m)
+    if mask is not None:
+        shape = m.val(mask).shape
+        full = (q.shape[0], q.shape[1], q.shape[2], m.val("k").shape[2])
+        if len(shape) > 4 or any(
+            not (s == 1 or s == f) for s, f in zip(reversed(shape), reversed(full))
+        ):
+            return m.fail(
+                "the mask has shape {s}; it must broadcast to {f}",
+                mask,
+                s=list(shape),
+                f=list(full),
+            )
+    if v.shape[3] != q.shape[3]:
+        return m.fail("v's head_dim {dv} differs from q's {dq}", dv=v.shape[3], dq=q.shape[3])
+    scale = _softmax_scale(m)
+    return scale if not (scale is None or isinstance(scale, float | int)) else None
+
+
+def _layout(m: Match) -> str | None:
+    q = m.val("q")
+    sizes = {"B": q.shape[0], "H": q.shape[1], "S": q.shape[2], "D": m.val("v").shape[3]}
+    return output_layout(m["attn"], m.chain("layout"), sizes)
+
+
+def _check_layout(m: Match) -> Any:
+    if _layout(m) is None:
+        ops = " -> ".join(n.name for n in reversed(m.chain("layout")))
+        return m.fail("the layout ops {ops} give a layout the fused op does not write", ops=ops)
+    return None
+
+
+def _op_args(m: Match, b: Builder) -> tuple:
+    mask = _mask(m)
+    mask_node = m.get(mask) if mask else None
+    if mask == "mask_dropped":
+        mask_node = b.call(aten.logical_not.default, mask_node)
+    causal = "top_left" if m.get("is_causal", False) is True else "none"
+    scale = _softmax_scale(m)
+    return (
+        m["q"],
+        m["k"],
+        m["v"],
+        m.get("q_scale"),
+        m.get("k_scale"),
+        m.get("v_scale"),
+        mask_node,
+        causal,
+        None if scale is None else float(scale),
+        _layout(m) or "bhsd",
+        "default",
+    )
+
+
+def _check_fp8_out(m: Match) -> Any:
+    return check_attention(m) or m.single_element("out_scale") or _check_layout(m)
+
+
+def _rewrite_fp8_out(m: Match, b: Builder) -> Any:
+    """Attention -> static FP8 output quant, fused into graphfuse::attention_fp8."""
+    return b.call(gf.attention_fp8.default, *_op_args(m, b), m["out_scale"])
+
+
+def _check_nvfp4_out(m: Match) -> Any:
+    f = check_attention(m) or m.single_element("out_global_scale") or _check_layout(m)
+    if f:
+        return f
+    if m["swizzle"] is not True:
+        return m.fail("the NVFP4 quant asks for linear block scales; the fused op writes swizzled")
+    d = m.val("q").shape[3]
+    if d % 16:
+        return m.fail("head_dim is {d}; NVFP4 output needs a multiple of 16", d=d)
+    return None
+
+
+def _rewrite_nvfp4_out(m: Match, b: Builder) -> Any:
+    """Attention -> NVFP4 output quant, fused into graphfuse::attention_nvfp4."""
+    return b.call(gf.attention_nvfp4.default, *_op_args(m, b), m["out_global_scale"])
+
+
+def _check_fp8_inputs(m: Match) -> Any:
+    if all(m.tag(f"{n}_fp8") == "plain" for n in "qkv"):
+        return m.fail("no input of this attention is FP8")
+    f = check_attention(m)
+    if f:
+        return f
+    q, out = m.val("q"), m.root.meta["val"]
+    want = (q.shape[0], q.shape[1], q.shape[2], m.val("v").shape[3])
+    if out.dim() != 4 or tuple(out.shape) != want:
+        return m.fail("the attention output here has shape {s}", s=list(out.shape))
+    return None
+
+
+def _rewrite_fp8_inputs(m: Match, b: Builder) -> Any:
+    """Attention over dequantised FP8 q/k/v, fused into graphfuse::attention (16-bit out)."""
+    return b.call(gf.attention.default, *_op_args(m, b), m.root.meta["val"].dtype)
+
+
+def _rewrite_quant(m: Match, b: Builder) -> Any:
+    """A static FP8 quant spelled with eager ops, as graphfuse::fp8_static_quant."""
+    return b.call(gf.fp8_static_quant.default, m["x"], m["out_scale"])
+
+
+def _check_quant(m: Match) -> Any:
+    if m.tag("sink") != "eager":
+        return m.fail("already the op")
+    if m.val("x").dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return m.fail("x has dtype {d}", d=m.val("x").dtype)
+    return m.single_element("out_scale")
+
+
+_ATTN_OUT = P.maybe(LAYOUT, attention(), name="layout")
+
+RULES_LIST = [
+    Rule(
+        "attention_fp8_out", fp8_quant_of(_ATTN_OUT), _rewrite_fp8_out, _check_fp8_out, priority=20
+    ),
+    Rule(
+        "attention_nvfp4_out",
+        nvfp4_quant_of(_ATTN_OUT),
+        _rewrite_nvfp4_out,
+        _check_nvfp4_out,
+        priority=20,
+    ),
+    Rule("attention_fp8_inputs", attention(), _rewrite_fp8_inputs, _check_fp8_inputs, priority=10),
+    Rule("fp8_static_quant", fp8_quant_of(P.tensor("x")), _rewrite_quant, _check_quant, priority=0),
+]
