@@ -88,7 +88,12 @@ def _attention(step: AttnStep, x: torch.Tensor, mask_bool: torch.Tensor) -> torc
     p_drop = 0.25 if step.near_miss == "dropout" else 0.0
     if step.form == "sdpa":
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=step.mask == "causal", enable_gqa=gqa,
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=step.mask == "causal",
+            enable_gqa=gqa,
             dropout_p=p_drop,
         )
     w = q @ k.transpose(-2, -1) * (D**-0.5)

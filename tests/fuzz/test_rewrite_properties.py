@@ -14,7 +14,9 @@ from tests.fuzz._programs import FP8, AttnStep, RandomProgram, example_inputs, s
 
 FUSED = torch.ops.graphfuse.attention_fp8.default
 SETTINGS = settings(
-    max_examples=8, deadline=None, derandomize=True,
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -34,7 +36,9 @@ def _assert_fp8_close(out: torch.Tensor, ref: torch.Tensor, scale: float) -> Non
     a, b = _fp8_values(out, scale), _fp8_values(ref, scale)
     assert not torch.isnan(a).any(), "the fused output has NaN"
     mag = torch.maximum(a.abs(), b.abs()) / scale
-    step = torch.where(mag >= 2**-6, 2.0 ** (torch.floor(torch.log2(mag.clamp_min(2**-6))) - 3), 2**-9)
+    step = torch.where(
+        mag >= 2**-6, 2.0 ** (torch.floor(torch.log2(mag.clamp_min(2**-6))) - 3), 2**-9
+    )
     ok = ((a - b).abs() <= step * scale * 1.0001) | ((a - b).abs() <= 0.875 * scale)
     assert ok.all(), f"{(~ok).sum().item()} FP8 values off by more than one step"
     equal = (out.view(torch.uint8) == ref.view(torch.uint8)).float().mean().item()
