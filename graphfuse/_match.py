@@ -95,9 +95,16 @@ class Match:
         if isinstance(v, torch.Tensor) and v.numel() == 1:
             return None
         shape = list(v.shape) if isinstance(v, torch.Tensor) else v
+        # test-suite fix: report at the matched node that consumes the scale (``rule R at
+        # div_3: the scale s ...``), not at the scale's own producer (often a placeholder).
+        bound = self[name]
+        where = next(
+            (n for n in self.nodes if isinstance(bound, fx.Node) and bound in n.all_input_nodes),
+            name,
+        )
         return self.fail(
             "the scale {name} has shape {shape}; the rule needs a single element",
-            name,
+            where,
             name=self[name].name if isinstance(self[name], fx.Node) else name,
             shape=shape,
         )

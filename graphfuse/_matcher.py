@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import fx
 
 from . import dsl as P
-from ._args import arg_index, arg_spec, canonical_dim, normalize
+from ._args import arg_index, arg_spec, canonical_dim, first_tensor_rank, normalize
 from ._dims import same_size
 from ._failure import Failure
 from ._match import Match
@@ -58,9 +59,20 @@ class _Tracer:
 
 
 class _State:
-    __slots__ = ("binds", "tags", "dims", "nodes", "node_set", "chains", "trail", "tracer")
+    __slots__ = (
+        "binds",
+        "tags",
+        "dims",
+        "nodes",
+        "node_set",
+        "chains",
+        "trail",
+        "tracer",
+        "fast",
+        "norm",
+    )
 
-    def __init__(self, tracer: _Tracer | None) -> None:
+    def __init__(self, tracer: _Tracer | None, norm: dict | None = None) -> None:
         self.binds: dict[str, Any] = {}
         self.tags: dict[str, str] = {}
         self.dims: dict[str, Any] = {}
@@ -69,6 +81,10 @@ class _State:
         self.node_set: set[fx.Node] = set()
         self.trail: list[tuple[dict | None, Any]] = []
         self.tracer = tracer
+        # Fast paths (see "fast paths" below) only when nobody records failures.
+        self.fast = tracer is None
+        # node -> normalize(node), shared by the candidates of one sweep (None: no cache)
+        self.norm = norm
 
     def undo(self, mark: int) -> None:
         trail = self.trail
@@ -107,10 +123,138 @@ _TARGET_CACHE: dict[int, tuple[frozenset, frozenset, P.Call]] = {}
 
 
 def target_matches(pat: P.Call, target: Any) -> bool:
-    exact, packets = _targets_of(pat)
-    if target in exact:
+    # Targets compare by identity (OpOverload has no __eq__), so ids stand in for them
+    # and spare OpOverload's Python-level __hash__ on every visit.
+    exact, packets = _first_set(pat)  # type: ignore[misc]
+    if id(target) in exact:
         return True
-    return bool(packets) and getattr(target, "overloadpacket", None) in packets
+    return bool(packets) and id(getattr(target, "overloadpacket", None)) in packets
+
+
+# --------------------------------------------------------------------------- fast paths
+# Used only when no tracer is attached (apply, dry runs). They skip work whose outcome is
+# known in advance (a branch or argument whose root op cannot be the node's target; a
+# single-way argument checked before a multi-way one), so the matches found, and their
+# order, are exactly those of the plain path. With a tracer (explain) every failure is
+# still visited and noted.
+
+_FirstSet = tuple[frozenset, frozenset] | None  # ids of exact targets / packets; None: any
+_FIRST: dict[int, tuple[_FirstSet, P.Pattern]] = {}  # keyed by id; holds the pattern
+
+
+def _first_set(pat: P.Pattern) -> _FirstSet:
+    """Ids of the op targets a node must have for ``pat`` to match it (None: anything)."""
+    hit = _FIRST.get(id(pat))
+    if hit is not None:
+        return hit[0]
+    kind = type(pat)
+    fs: _FirstSet
+    if kind is P.Call:
+        exact, packets = _targets_of(pat)  # type: ignore[arg-type]
+        fs = (frozenset(map(id, exact)), frozenset(map(id, packets)))
+    elif kind is P.Typed:
+        fs = _first_set(pat.inner)  # type: ignore[attr-defined]
+    elif kind is P.Alt or kind is P.Maybe:
+        parts = (
+            [b for _, b in pat.branches]  # type: ignore[attr-defined]
+            if kind is P.Alt
+            else [_probe(pat.targets), pat.inner]  # type: ignore[attr-defined]
+        )
+        sets = [_first_set(b) for b in parts]
+        fs = (
+            None
+            if any(x is None for x in sets)
+            else (
+                frozenset().union(*(x[0] for x in sets)),  # type: ignore[index]
+                frozenset().union(*(x[1] for x in sets)),  # type: ignore[index]
+            )
+        )
+    else:
+        fs = None
+    _FIRST[id(pat)] = (fs, pat)
+    return fs
+
+
+def _may_match(pat: P.Pattern, value: Any) -> bool:
+    """False when ``pat`` certainly fails on ``value`` (its root op is not the target)."""
+    fs = _first_set(pat)
+    if fs is None:
+        return True
+    if not isinstance(value, fx.Node) or value.op != "call_function":
+        return False
+    t = value.target
+    if id(t) in fs[0]:
+        return True
+    return bool(fs[1]) and id(getattr(t, "overloadpacket", None)) in fs[1]
+
+
+_ALT_BRANCHES: dict[tuple[int, int], tuple[Any, tuple]] = {}
+
+
+def _alt_branches(pat: P.Alt, value: Any) -> tuple:
+    """The branches of ``pat`` that may match ``value``, cached per (pattern, target)."""
+    _first_set(pat)  # keeps the pattern alive, so its id stays unique
+    target = value.target if isinstance(value, fx.Node) and value.op == "call_function" else None
+    key = (id(pat), id(target))
+    hit = _ALT_BRANCHES.get(key)
+    if hit is None or hit[0] is not target:
+        kept = tuple((tag, b) for tag, b in pat.branches if _may_match(b, value))
+        hit = _ALT_BRANCHES[key] = (target, kept)
+    return hit[1]
+
+
+def _simple(pat: P.Pattern) -> bool:
+    """A pattern that matches in at most one way and never walks into the graph."""
+    kind = type(pat)
+    if kind is P.Literal or kind is P.Wildcard or kind is P.Capture:
+        return True
+    if kind is P.Typed:
+        return _simple(pat.inner)  # type: ignore[attr-defined]
+    if kind is P.ListOf:
+        return all(_simple(p) for p in pat.items)  # type: ignore[attr-defined]
+    return False
+
+
+class _Plan:
+    """How a :class:`P.Call` reads one target's arguments: (schema index, pattern) pairs in
+    pattern order (``items``, ``swapped``) and single-way ones first (``fast_*``)."""
+
+    __slots__ = ("target", "missing", "need", "items", "swapped", "fast_items", "fast_swapped")
+
+    def __init__(self, pat: P.Call, target: Any) -> None:
+        self.target = target
+        self.missing: str | None = None
+        items: list[tuple[int, P.Pattern]] = list(enumerate(pat.args))
+        for key, sub in pat.kwargs:
+            idx = arg_index(target, key)
+            if idx is None:
+                self.missing = key
+                break
+            items.append((idx, sub))
+        self.need = max((i for i, _ in items), default=-1) + 1
+        self.items = items
+        self.swapped = (
+            [(items[1][0], items[0][1]), (items[0][0], items[1][1])] + items[2:]
+            if pat.commutative and self.missing is None
+            else None
+        )
+        # stable sort: the multi-way arguments keep their order, so do the matches
+        self.fast_items = sorted(items, key=lambda it: not _simple(it[1]))
+        self.fast_swapped = (
+            sorted(self.swapped, key=lambda it: not _simple(it[1])) if self.swapped else None
+        )
+
+
+_PLANS: dict[tuple[int, int], _Plan] = {}
+
+
+def _plan(pat: P.Call, target: Any) -> _Plan:
+    _first_set(pat)  # keeps the pattern alive, so its id stays unique
+    key = (id(pat), id(target))
+    plan = _PLANS.get(key)
+    if plan is None or plan.target is not target:
+        plan = _PLANS[key] = _Plan(pat, target)
+    return plan
 
 
 def _val(value: Any) -> Any:
@@ -133,7 +277,7 @@ def _m(pat: P.Pattern, value: Any, st: _State, where: tuple | None) -> Iterator[
     elif kind is P.Typed:
         yield from _m_typed(pat, value, st, where)
     elif kind is P.Alt:
-        for tag, branch in pat.branches:
+        for tag, branch in _alt_branches(pat, value) if st.fast else pat.branches:
             mark = len(st.trail)
             if pat.name is not None:
                 st.put(st.tags, pat.name, tag)
@@ -158,23 +302,26 @@ def _m_call(pat: P.Call, value: Any, st: _State, where: tuple | None) -> Iterato
     if pat.name is not None and not _bind(st, pat.name, value, where):
         return
     st.add_node(value)
-    args = normalize(value)
-    items: list[tuple[int, P.Pattern]] = list(enumerate(pat.args))
-    for key, sub in pat.kwargs:
-        idx = arg_index(value.target, key)
-        if idx is None:
-            st.fail("no_arg", value, key)
-            st.undo(mark)
-            return
-        items.append((idx, sub))
-    if any(i >= len(args) for i, _ in items):
+    norm = st.norm
+    if norm is None:
+        args = normalize(value)
+    else:
+        args = norm.get(value)
+        if args is None:
+            args = norm[value] = normalize(value)
+    plan = _plan(pat, value.target)
+    if plan.missing is not None:
+        st.fail("no_arg", value, plan.missing)
+        st.undo(mark)
+        return
+    if plan.need > len(args):
         st.fail("arity", value, len(args), pat)
         st.undo(mark)
         return
-    yield from _m_args(items, 0, args, value, st)
-    if pat.commutative:
-        swapped = [(items[1][0], items[0][1]), (items[0][0], items[1][1])] + items[2:]
-        yield from _m_args(swapped, 0, args, value, st)
+    fast = st.fast
+    yield from _m_args(plan.fast_items if fast else plan.items, 0, args, value, st)
+    if plan.swapped is not None:
+        yield from _m_args(plan.fast_swapped if fast else plan.swapped, 0, args, value, st)
     st.undo(mark)
 
 
@@ -183,6 +330,8 @@ def _m_args(items: list, k: int, args: list, node: fx.Node, st: _State) -> Itera
         yield
         return
     i, sub = items[k]
+    if st.fast and not _may_match(sub, args[i]):
+        return
     for _ in _m(sub, args[i], st, (node, i)):
         yield from _m_args(items, k + 1, args, node, st)
 
@@ -260,11 +409,18 @@ def _type_ok(pat: P.Typed, value: Any, st: _State) -> bool:
     return True
 
 
+@cache
+def _probe(targets: tuple) -> P.Call:
+    return P.Call(targets)
+
+
 def _m_maybe(pat: P.Maybe, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
     chain: list[fx.Node] = []
     steps = [(value, ())]
     cur = value
-    probe = P.Call(pat.targets)
+    # test-suite fix: a fresh P.Call per visit filled _TARGET_CACHE (keyed by id, holding
+    # the pattern) with one entry per visit; share one probe per target tuple instead.
+    probe = _probe(pat.targets)
     while (
         isinstance(cur, fx.Node)
         and cur.op == "call_function"
@@ -275,6 +431,8 @@ def _m_maybe(pat: P.Maybe, value: Any, st: _State, where: tuple | None) -> Itera
         cur = cur.args[0]
         steps.append((cur, tuple(chain)))
     for inner_value, through in reversed(steps):  # longest chain first
+        if st.fast and not _may_match(pat.inner, inner_value):
+            continue
         mark = len(st.trail)
         for n in through:
             st.add_node(n)
@@ -295,6 +453,8 @@ def _m_items(items: tuple, k: int, value: Any, st: _State, where: tuple | None) 
     if k == len(items):
         yield
         return
+    if st.fast and not _may_match(items[k], value[k]):
+        return
     for _ in _m(items[k], value[k], st, where):
         yield from _m_items(items, k + 1, value, st, where)
 
@@ -313,8 +473,8 @@ def _literal_equal(want: Any, got: Any, where: tuple | None) -> bool:
         node, i = where
         spec = arg_spec(node.target)
         if spec is not None and i in spec.dim_args:
-            arg0 = node.args[0] if node.args else None
-            rank = _val(arg0).dim() if isinstance(_val(arg0), torch.Tensor) else None
+            # test-suite fix: the shared rank rule (kwarg first argument, tensor lists)
+            rank = first_tensor_rank(node)
             w = canonical_dim(want, rank)
             return w == got or (isinstance(w, (list, tuple)) and list(w) == list(got))
     return False
@@ -335,14 +495,19 @@ def escape_of(nodes: list[fx.Node], roots: tuple[fx.Node, ...], node_set: set) -
     return None
 
 
-def match_rule(rule: Rule, node: fx.Node, tracer: _Tracer | None = None) -> Match | Failure | None:
+def match_rule(
+    rule: Rule, node: fx.Node, tracer: _Tracer | None = None, norm: dict | None = None
+) -> Match | Failure | None:
     """Match ``rule`` with its first root at ``node``.
+
+    ``norm`` (optional) caches ``normalize(node)`` per node; share one dict only while the
+    graph does not change (one sweep's matching phase).
 
     Returns a :class:`Match` whose escape check and ``rule.check`` passed, else the first
     escape / check failure as a :class:`Failure`, else None (structure did not match; the
     tracer, if given, holds the deepest structural failure).
     """
-    st = _State(tracer)
+    st = _State(tracer, norm)
     first_failure: Failure | None = None
     roots_pats = rule.patterns
     for roots in _m_roots(roots_pats, 0, (node,), st):

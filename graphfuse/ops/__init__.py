@@ -2,13 +2,19 @@
 
 Importing this package defines every op (so ``torch.export.load`` of a rewritten program
 works), registers the fake impls, and loads the prebuilt native module ``graphfuse._C`` with
-the CPU kernels. It never initialises CUDA and never compiles anything.
+the CPU kernels (without it, calling an op on CPU raises an error saying how to build it).
+It never initialises CUDA and never compiles anything.
 """
 
 from __future__ import annotations
 
 from . import _library  # noqa: F401  (defines the schemas first)
+
+# isort: split
 from . import _fake_attention, _fake_paged, _fake_quant  # noqa: F401
 from ._native import native_available as native_available
+
+# isort: split
+from . import _missing  # noqa: F401  (after _native: clear errors when _C is not built)
 
 __all__ = ["native_available"]

@@ -2,7 +2,7 @@
 
 Kernels register against these schemas: C++ CPU kernels in ``graphfuse/csrc`` (through
 ``TORCH_LIBRARY_IMPL(graphfuse, CPU, m)``), Triton kernels for CUDA in ``graphfuse/triton``,
-fake impls in ``graphfuse/ops/_fake.py``.
+fake impls in ``graphfuse/ops/_fake_*.py``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,27 @@ SCHEMAS = {
     # the encode global scale g. M, K are the rows / last dim of the output layout.
     "attention_nvfp4": (
         f"attention_nvfp4({_ATTN_ARGS}, Tensor out_global_scale) -> (Tensor, Tensor)"
+    ),
+    # Paged decode attention (one query token per sequence; semantics in docs/gpu.md):
+    # q [B, Hq, D]; kv_cache [num_blocks, 2, block_size, Hkv, D] (16-bit, or FP8 with
+    # k_scale / v_scale); block_tables int32 [B, max_blocks]; seq_lens int32 [B] (tokens
+    # 0..seq_lens[b]-1 of sequence b are attended, no causal mask). Output [B, Hq, D]
+    # (16-bit/fp32 or FP8), or NVFP4 over the [B, Hq*D] view (packed [B, Hq*D/2], swizzled
+    # block scales).
+    "paged_decode_attention": (
+        "paged_decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, "
+        "Tensor seq_lens, Tensor? q_scale, Tensor? k_scale, Tensor? v_scale, float? scale, "
+        "ScalarType out_dtype) -> Tensor"
+    ),
+    "paged_decode_attention_fp8": (
+        "paged_decode_attention_fp8(Tensor q, Tensor kv_cache, Tensor block_tables, "
+        "Tensor seq_lens, Tensor? q_scale, Tensor? k_scale, Tensor? v_scale, float? scale, "
+        "Tensor out_scale) -> Tensor"
+    ),
+    "paged_decode_attention_nvfp4": (
+        "paged_decode_attention_nvfp4(Tensor q, Tensor kv_cache, Tensor block_tables, "
+        "Tensor seq_lens, Tensor? q_scale, Tensor? k_scale, Tensor? v_scale, float? scale, "
+        "Tensor out_global_scale) -> (Tensor, Tensor)"
     ),
 }
 

@@ -1,0 +1,240 @@
+// quant_simd.h: the inner loops of quant.cpp, AVX2 where available, with the scalar
+// functions of formats.h for the tails and for other CPUs. Both paths are bit-exact with
+// formats.h (the tests compare bytes against the pure-PyTorch reference).
+//
+//   fp8_encode_span(p, out, n, inv)      out[i] = e4m3(float(p[i]) * inv), i < n
+//   nvfp4_encode_block(p, out8, g) -> sf one block of 16: 8 packed bytes (element 2j in the
+//                                        low nibble of byte j), returns the e4m3 scale byte
+//   fp8_decode_span(p, out, n, scale)    out[i] = O(e4m3_to_float(p[i]) * scale), rne to O
+//   nvfp4_decode_block(p8, sf, g, out16) out[i] = O((e2m1_to_float(code_i) * sf) / g)
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "formats.h"
+
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#define GRAPHFUSE_AVX2 1
+#endif
+
+namespace graphfuse {
+namespace simd {
+
+using namespace formats;
+
+template <typename T>
+inline float to_float(T v) {
+  return static_cast<float>(v);
+}
+
+#ifdef GRAPHFUSE_AVX2
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 load8(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline __m256i splat(int32_t v) { return _mm256_set1_epi32(v); }
+
+// 8 lanes of formats::float_to_e4m3, one byte per int32 lane.
+inline __m256i e4m3_encode8(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i a = _mm256_and_si256(bits, splat(0x7FFFFFFF));
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(bits, 24), splat(0x80));
+  // normal: rne the mantissa to 3 bits, rebias the exponent
+  __m256i r = _mm256_add_epi32(a, splat(0x7FFFF));
+  r = _mm256_add_epi32(r, _mm256_and_si256(_mm256_srli_epi32(a, 20), splat(1)));
+  r = _mm256_sub_epi32(_mm256_srli_epi32(r, 20), splat(120 << 3));
+  // subnormal (|v| < 2^-6): rne(|v| * 2^9), an exact product, rounded explicitly
+  const __m256 s = _mm256_round_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256i is_sub = _mm256_cmpgt_epi32(splat(0x3C800000), a);
+  r = _mm256_blendv_epi8(r, _mm256_cvttps_epi32(s), is_sub);
+  r = _mm256_blendv_epi8(r, splat(0x7E), _mm256_cmpgt_epi32(a, splat(0x43DFFFFF)));  // >= 448
+  r = _mm256_blendv_epi8(r, splat(0x7F), _mm256_cmpgt_epi32(a, splat(0x7F800000)));  // NaN
+  return _mm256_or_si256(r, sign);
+}
+
+// The low byte of each int32 lane, in order, as 8 bytes.
+inline uint64_t pack_low_bytes(__m256i v) {
+  const __m256i shuf = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, -1);
+  const __m256i t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, shuf),
+                                                _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_castsi256_si128(t)));
+}
+
+// 8 lanes of formats::nvfp4_encode: sign of x | magnitude code of x * inv.
+inline __m256i e2m1_encode8(__m256 x, __m256 inv) {
+  const __m256 a = _mm256_and_ps(_mm256_mul_ps(x, inv), _mm256_castsi256_ps(splat(0x7FFFFFFF)));
+  __m256i c = _mm256_setzero_si256();
+  const auto step = [&](float t, int pred) {
+    c = _mm256_sub_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), pred)));
+  };
+  step(0.25f, _CMP_GT_OQ);
+  step(0.75f, _CMP_GE_OQ);
+  step(1.25f, _CMP_GT_OQ);
+  step(1.75f, _CMP_GE_OQ);
+  step(2.5f, _CMP_GT_OQ);
+  step(3.5f, _CMP_GE_OQ);
+  step(5.0f, _CMP_GT_OQ);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28), splat(8));
+  return _mm256_or_si256(c, sign);
+}
+
+// Codes of elements 2j, 2j+1 (int32 lanes) -> byte j = low | high << 4; 4 bytes.
+inline uint32_t pack_nibbles(__m256i codes) {
+  const __m256i t = _mm256_or_si256(codes, _mm256_srli_epi64(codes, 28));
+  const __m256i shuf = _mm256_setr_epi8(0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, 0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, -1);
+  const __m256i s = _mm256_shuffle_epi8(t, shuf);  // lane 0: bytes 0,1; lane 1: bytes 2,3
+  const uint32_t lo = static_cast<uint32_t>(_mm256_cvtsi256_si32(s)) & 0xFFFFu;
+  const uint32_t hi = static_cast<uint32_t>(_mm256_extract_epi32(s, 4)) & 0xFFFFu;
+  return lo | (hi << 16);
+}
+
+inline uint32_t hmax_epu32(__m256i v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+}
+
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+inline void store8(c10::Half* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// fp32 -> bf16 with rne, NaN -> 0x7FC0 (as c10::BFloat16).
+inline void store8(c10::BFloat16* p, __m256 v) {
+  const __m256i b = _mm256_castps_si256(v);
+  __m256i r = _mm256_add_epi32(b, splat(0x7FFF));
+  r = _mm256_srli_epi32(_mm256_add_epi32(r, _mm256_and_si256(_mm256_srli_epi32(b, 16), splat(1))),
+                        16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, splat(0x7FC0), nan);
+  const __m256i w = _mm256_packus_epi32(r, r);  // lanes: [0..3, 0..3 | 4..7, 4..7]
+  const __m256i o = _mm256_permute4x64_epi64(w, _MM_SHUFFLE(3, 1, 2, 0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(o));
+}
+
+// Non-temporal variants for 32-byte (float) / 16-byte (16-bit) aligned p; callers _mm_sfence.
+inline void stream8(float* p, __m256 v) { _mm256_stream_ps(p, v); }
+template <typename O>
+inline void stream8(O* p, __m256 v) {
+  alignas(16) O tmp[8];
+  store8(tmp, v);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm_load_si128(reinterpret_cast<__m128i*>(tmp)));
+}
+
+// 8 lanes of formats::e4m3_to_float (bytes in the low 8 bits of int32 lanes).
+inline __m256 e4m3_decode8(__m256i b) {
+  const __m256i a = _mm256_and_si256(b, splat(0x7F));
+  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(a, 20), splat(120 << 23));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(1.0f / 512.0f));
+  __m256i r = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(splat(8), a));
+  r = _mm256_blendv_epi8(r, splat(0x7FC00000), _mm256_cmpeq_epi32(a, splat(0x7F)));
+  return _mm256_castsi256_ps(_mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(b, splat(0x80)), 24)));
+}
+
+// 8 e2m1 values from 4 packed bytes (element 2j: low nibble of byte j).
+inline __m256 e2m1_decode8(uint32_t word) {
+  const __m256i c = _mm256_and_si256(
+      _mm256_srlv_epi32(splat(static_cast<int32_t>(word)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+      splat(15));
+  const __m256 mag = _mm256_permutevar8x32_ps(_mm256_loadu_ps(kE2M1ToFloat.data()), c);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, splat(8)), 28);
+  return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+}
+
+#endif  // GRAPHFUSE_AVX2
+
+template <typename T>
+inline void fp8_encode_span(const T* p, uint8_t* out, int64_t n, float inv) {
+  int64_t i = 0;
+#ifdef GRAPHFUSE_AVX2
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t b = pack_low_bytes(e4m3_encode8(_mm256_mul_ps(load8(p + i), vinv)));
+    std::memcpy(out + i, &b, 8);
+  }
+#endif
+  for (; i < n; ++i) out[i] = float_to_e4m3(to_float(p[i]) * inv);
+}
+
+template <typename T>
+inline uint8_t nvfp4_encode_block(const T* p, uint8_t* out8, float g) {
+#ifdef GRAPHFUSE_AVX2
+  const __m256 x0 = load8(p), x1 = load8(p + 8);
+  const __m256i abs_mask = splat(0x7FFFFFFF);
+  const __m256i amax8 = _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(x0), abs_mask),
+                                         _mm256_and_si256(_mm256_castps_si256(x1), abs_mask));
+  const Nvfp4BlockScale bs = nvfp4_block_scale(bits_to_float(hmax_epu32(amax8)), g);
+  const __m256 inv = _mm256_set1_ps(bs.inv);
+  const uint64_t packed = static_cast<uint64_t>(pack_nibbles(e2m1_encode8(x0, inv))) |
+                          (static_cast<uint64_t>(pack_nibbles(e2m1_encode8(x1, inv))) << 32);
+  std::memcpy(out8, &packed, 8);
+  return bs.sf;
+#else
+  float x[16];
+  uint32_t amax = 0;
+  for (int i = 0; i < 16; ++i) {
+    x[i] = to_float(p[i]);
+    const uint32_t a = abs_bits(x[i]);
+    amax = a > amax ? a : amax;
+  }
+  const Nvfp4BlockScale bs = nvfp4_block_scale(bits_to_float(amax), g);
+  for (int j = 0; j < 8; ++j) {
+    out8[j] = static_cast<uint8_t>(nvfp4_encode(x[2 * j], bs.inv) |
+                                   (nvfp4_encode(x[2 * j + 1], bs.inv) << 4));
+  }
+  return bs.sf;
+#endif
+}
+
+template <typename O>
+inline void fp8_decode_span(const uint8_t* p, O* out, int64_t n, float scale) {
+  int64_t i = 0;
+#ifdef GRAPHFUSE_AVX2
+  const __m256 s = _mm256_set1_ps(scale);
+  const auto load = [&](int64_t j) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j)));
+  };
+  if (reinterpret_cast<uintptr_t>(out) % (8 * sizeof(O)) == 0) {  // output bypasses the cache
+    for (; i + 8 <= n; i += 8) stream8(out + i, _mm256_mul_ps(e4m3_decode8(load(i)), s));
+    _mm_sfence();
+  }
+  for (; i + 8 <= n; i += 8) store8(out + i, _mm256_mul_ps(e4m3_decode8(load(i)), s));
+#endif
+  for (; i < n; ++i) out[i] = static_cast<O>(e4m3_to_float(p[i]) * scale);
+}
+
+template <typename O>
+inline void nvfp4_decode_block(const uint8_t* p8, float sf, float g, O* out) {
+#ifdef GRAPHFUSE_AVX2
+  const __m256 s = _mm256_set1_ps(sf), vg = _mm256_set1_ps(g);
+  uint32_t w[2];
+  std::memcpy(w, p8, 8);
+  store8(out, _mm256_div_ps(_mm256_mul_ps(e2m1_decode8(w[0]), s), vg));
+  store8(out + 8, _mm256_div_ps(_mm256_mul_ps(e2m1_decode8(w[1]), s), vg));
+#else
+  for (int j = 0; j < 8; ++j) {
+    out[2 * j] = static_cast<O>((e2m1_to_float(p8[j] & 15) * sf) / g);
+    out[2 * j + 1] = static_cast<O>((e2m1_to_float(p8[j] >> 4) * sf) / g);
+  }
+#endif
+}
+
+}  // namespace simd
+}  // namespace graphfuse
