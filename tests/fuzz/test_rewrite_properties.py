@@ -103,6 +103,7 @@ def test_saved_program_is_deterministic(tmp_path):
     for i in range(2):
         res = graphfuse.apply(ep, "trtllm")
         assert res.report.total == 2
-        paths.append(tmp_path / f"fused{i}.pt2")
+        (tmp_path / str(i)).mkdir()
+        paths.append(tmp_path / str(i) / "fused.pt2")  # the archive embeds the file name
         torch.export.save(res.program, paths[-1])
     assert paths[0].read_bytes() == paths[1].read_bytes()
