@@ -15,28 +15,51 @@ from ._errors import GraphfuseError
 Program = ExportedProgram | fx.GraphModule
 
 
-def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
+def copy_graph_module(gm: fx.GraphModule, *, recompile: bool = True) -> fx.GraphModule:
     """A new GraphModule with a copied graph (node meta copied shallowly: fake values are
-    shared, never mutated) that shares the original's parameters and submodules."""
+    shared, never mutated) that shares the original's parameters and submodules.
+
+    Args:
+        recompile: generate the copy's Python code now. ``False`` skips it (a full code
+            generation, as costly as the final one) for a copy that is rewritten and then
+            recompiled by :func:`finish_program`; until then only its graph may be used.
+    """
     graph = fx.Graph(owning_module=None, tracer_cls=gm.graph._tracer_cls)
     val_map: dict[fx.Node, fx.Node] = {}
     out = graph.graph_copy(gm.graph, val_map, return_output_node=True)
     if out is not None:
         value, old_out = out
         graph.output(value).meta = copy.copy(old_out.meta)
+    # graph_copy renames nodes whose names are Python builtins (export's ``input``); keep
+    # the original names, which an ExportedProgram's graph signature refers to.
+    for old_node, new_node in val_map.items():
+        if new_node.name != old_node.name:
+            new_node.name = old_node.name
     graph._codegen = copy.deepcopy(gm.graph._codegen)
-    new = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    if recompile:
+        new = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    else:
+        # GraphModule.__new__ makes a class of the instance's own; silence its recompile
+        # while __init__ copies the attributes the graph refers to.
+        new = fx.GraphModule.__new__(fx.GraphModule, gm, graph)
+        own = type(new)
+        own.recompile = lambda self: None  # type: ignore[method-assign]
+        try:
+            new.__init__(gm, graph, class_name=type(gm).__name__)  # type: ignore[misc]
+        finally:
+            del own.recompile
     new.meta = copy.copy(getattr(gm, "meta", {}))
     return new
 
 
 def copy_program(program: Program) -> tuple[Program, fx.GraphModule]:
-    """(a copy of ``program``, its graph module to rewrite in place)."""
+    """(a copy of ``program``, its graph module to rewrite in place). The graph module is
+    not recompiled: :func:`finish_program` does that once after rewriting."""
     if isinstance(program, ExportedProgram):
-        gm = copy_graph_module(program.graph_module)
+        gm = copy_graph_module(program.graph_module, recompile=False)
         return program, gm
     if isinstance(program, fx.GraphModule):
-        gm = copy_graph_module(program)
+        gm = copy_graph_module(program, recompile=False)
         return gm, gm
     raise GraphfuseError(
         f"graphfuse works on torch.export.ExportedProgram or torch.fx.GraphModule, "

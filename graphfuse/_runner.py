@@ -53,11 +53,12 @@ def run_rules(
         cands = list(dict.fromkeys(rules.candidates(graph)))
         cands.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, order[rn[0]]))
         matches: list[Match] = []
+        norm: dict = {}  # normalize() per node, valid while this sweep only matches
         for i, (rule, node) in enumerate(cands):
             if progress is not None and i % 256 == 0:
                 progress(i, len(cands))
             tracer = _Tracer() if explain and iteration == 1 else None
-            res = match_rule(rule, node, tracer)
+            res = match_rule(rule, node, tracer, norm)
             if isinstance(res, Match):
                 matches.append(res)
             elif res is not None:

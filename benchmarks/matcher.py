@@ -1,0 +1,449 @@
+"""Section 1 of BENCHMARKS.md: the matcher and rewriter against torch.fx's
+``subgraph_rewriter.replace_pattern`` and Inductor's ``register_replacement``.
+
+Workload: a chain of N blocks ``matmul -> mul(scale) -> softmax -> matmul -> div(s) ->
+clamp(-448, 448) -> to(float8_e4m3fn)``, each feeding the next through a cast to bf16.
+One block is traced once per IR and tiled N times (node_copy, so every node keeps its
+``meta["val"]``):
+
+- ``export``: ``torch.export.export`` (pre-dispatch training IR, ``aten.matmul``),
+- ``core``: the same after ``run_decompositions()`` (core ATen: bmm / views / permute),
+- ``inductor``: Inductor's own ``fwd_only`` trace (the IR its search pattern has).
+
+Every tool gets the same tiled graph (a fresh copy each), interleaved, median of repeats.
+graphfuse is timed as a whole ``apply`` (copy + rewrite + recompile, split in the table);
+``replace_pattern`` and Inductor rewrite in place (their time has no copy). A baseline is
+skipped where its extrapolated time passes ``--skip-over`` seconds (printed).
+
+Also: an exported Llama-style decoder (pre-dispatch and core ATen, graphfuse only: the
+baselines would need one pattern per spelling) and 100 unrelated rules next to the bundled
+set (cost per candidate node).
+
+Run: ``python benchmarks/matcher.py`` (``--sizes 100,1000`` for a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import graphfuse
+from graphfuse import Rule, RuleSet
+from graphfuse import dsl as P
+from graphfuse._program import copy_graph_module
+
+aten = torch.ops.aten
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+SCALE = 0.125
+B, H, S, D = 1, 2, 8, 16
+RESULTS = os.path.join(os.path.dirname(__file__), "results", "matcher.json")
+
+
+# --------------------------------------------------------------------------- workload
+
+
+def block(x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """One block: attention with a static FP8 output quant (the search pattern)."""
+    a = torch.matmul(x, k.transpose(2, 3)) * SCALE
+    a = torch.softmax(a, -1)
+    a = torch.matmul(a, v)
+    return (a / s).clamp(-448, 448).to(FP8)
+
+
+def link(x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """A block and the cast that feeds the next one."""
+    return block(x, k, v, s).to(BF16)
+
+
+def fused(x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """The replacement: one ``graphfuse::attention_fp8`` call."""
+    return torch.ops.graphfuse.attention_fp8.default(
+        x, k, v, None, None, None, None, "none", SCALE, "bhsd", "default", s
+    )
+
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> Any:
+        return self.fn(x, k, v, s)
+
+
+def _inputs(mode: FakeTensorMode | None = None) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+
+    def mk(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+        return torch.randn(shape, generator=g).to(dtype)
+
+    real = (mk(B, H, S, D), mk(B, H, S, D), mk(B, H, S, D), mk(dtype=torch.float32).abs() + 0.5)
+    return real if mode is None else tuple(mode.from_tensor(t) for t in real)
+
+
+def traced(fn: Callable[..., torch.Tensor], ir: str) -> fx.GraphModule:
+    """One call of ``fn`` as a graph in ``ir`` (placeholders x, k, v, s; meta["val"] set)."""
+    if ir == "inductor":
+        from torch._inductor.pattern_matcher import fwd_only
+
+        mode = FakeTensorMode()
+        args = _inputs(mode)
+        with mode:
+            return fwd_only(fn, args)
+    ep = torch.export.export(_Fn(fn), _inputs())
+    if ir == "core":
+        ep = ep.run_decompositions()
+    return _plain(ep.graph_module)
+
+
+def _plain(gm: fx.GraphModule) -> fx.GraphModule:
+    """The exported graph with placeholders renamed x, k, v, s, a single output and no
+    ``_assert_tensor_metadata`` (replace_pattern would count it as a user outside)."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    names = iter("xkvs")
+    out = None
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            env[n] = g.placeholder(next(names))
+            env[n].meta = dict(n.meta)
+        elif n.op == "output":
+            res = n.args[0]
+            out = res[0] if isinstance(res, (list, tuple)) else res
+        elif n.target is not aten._assert_tensor_metadata.default:
+            env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(env[out])
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def tile(one: fx.GraphModule, n: int) -> fx.GraphModule:
+    """``n`` copies of ``one`` (a link), each one's output feeding the next one's x."""
+    g = fx.Graph()
+    phs = [p for p in one.graph.nodes if p.op == "placeholder"]
+    new = {}
+    for p in phs:
+        new[p] = g.placeholder(p.name)
+        new[p].meta = dict(p.meta)
+    body = [nd for nd in one.graph.nodes if nd.op not in ("placeholder", "output")]
+    out = one.graph.output_node().args[0]
+    x = new[phs[0]]
+    for _ in range(n):
+        env = dict(new)
+        env[phs[0]] = x
+        for nd in body:
+            env[nd] = g.node_copy(nd, lambda a, env=env: env[a])
+        x = env[out]
+    g.output(x)
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def run_graphfuse(gm: fx.GraphModule, rules: RuleSet, n: int) -> dict:
+    t0 = time.perf_counter()
+    res = graphfuse.apply(gm, rules)
+    total = time.perf_counter() - t0
+    fused_nodes = res.program.graph.find_nodes(
+        op="call_function", target=torch.ops.graphfuse.attention_fp8.default
+    )
+    left = res.program.graph.find_nodes(op="call_function", target=aten._softmax.default)
+    left += res.program.graph.find_nodes(op="call_function", target=aten.softmax.int)
+    ok = len(fused_nodes) == n and not left
+    return dict(time=total, matches=len(fused_nodes), ok=ok, **res.report.timings)
+
+
+def run_replace_pattern(gm: fx.GraphModule, pattern: fx.GraphModule, n: int) -> dict:
+    from torch.fx import subgraph_rewriter
+
+    g = copy_graph_module(gm)
+    t0 = time.perf_counter()
+    matches = subgraph_rewriter.replace_pattern(g, pattern, fused)
+    total = time.perf_counter() - t0
+    return dict(time=total, matches=len(matches), ok=len(matches) == n)
+
+
+def run_inductor(gm: fx.GraphModule, n: int, precompiled: bool) -> dict:
+    from torch._inductor.pattern_matcher import (
+        PatternMatcherPass,
+        fwd_only,
+        gen_pattern,
+        register_replacement,
+    )
+
+    g = copy_graph_module(gm)
+    mode = FakeTensorMode()
+    args = list(_inputs(mode))
+    t0 = time.perf_counter()
+    pm = PatternMatcherPass()
+    pat = gen_pattern(block, args, fwd_only) if precompiled else None
+    t_pre = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    register_replacement(block, fused, args, fwd_only, pm, search_fn_pattern=pat)
+    count = pm.apply(g.graph)
+    g.recompile()
+    total = time.perf_counter() - t0
+    got = len(
+        g.graph.find_nodes(op="call_function", target=torch.ops.graphfuse.attention_fp8.default)
+    )
+    return dict(time=total, matches=got, count=count, ok=got == n, precompile=t_pre)
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def unrelated_rules(k: int = 100) -> list[Rule]:
+    """``k`` rules that never fire: half rooted at ops absent from the workload, half at
+    ops it has (softmax, mul, div, clamp, casts) but failing on the first argument."""
+    absent = [aten.sin.default, aten.cos.default, aten.erf.default, aten.tanh.default,
+              aten.sigmoid.default, aten.relu.default, aten.gelu.default, aten.log.default,
+              aten.rsqrt.default, aten.abs.default]  # fmt: skip
+    present = [aten.softmax.int, aten._softmax.default, aten.mul.Tensor, aten.div.Tensor,
+               aten.clamp.default, aten.to.dtype, aten._to_copy.default]  # fmt: skip
+    out = []
+    for i in range(k):
+        if i % 2 == 0:
+            pat = P.op(absent[i // 2 % len(absent)], P.tensor("x"))
+        else:
+            pat = P.op(present[i // 2 % len(present)], P.op(absent[i // 2 % len(absent)], P._))
+        out.append(Rule(f"unrelated_{i}", pat, lambda m, b: m.root))
+    return out
+
+
+def local_rule(ir: str) -> Rule:
+    """The block as traced in ``ir``, as a graphfuse rule (for IRs whose spelling the
+    bundled rule set does not know)."""
+    from graphfuse._trace import graph_to_patterns
+
+    (pat,) = graph_to_patterns(traced(block, ir).graph, ["x", "k", "v", "s"])
+
+    def rewrite(m: Any, b: Any) -> Any:
+        return b.call(
+            torch.ops.graphfuse.attention_fp8.default,
+            *(m["x"], m["k"], m["v"], None, None, None, None, "none", SCALE, "bhsd", "default"),
+            m["s"],
+        )
+
+    return Rule(f"local_attention_fp8_{ir}", pat, rewrite, priority=30)
+
+
+# --------------------------------------------------------------------------- llama
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, dim: int, heads: int, kv_heads: int) -> None:
+        super().__init__()
+        self.h, self.kvh, self.d = heads, kv_heads, dim // heads
+        self.norm = torch.nn.RMSNorm(dim)
+        self.q = torch.nn.Linear(dim, heads * self.d, bias=False)
+        self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.d, bias=False)
+        self.o = torch.nn.Linear(heads * self.d, dim, bias=False)
+        self.up = torch.nn.Linear(dim, 2 * dim, bias=False)
+        self.down = torch.nn.Linear(2 * dim, dim, bias=False)
+        self.register_buffer("s", torch.tensor(0.05))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        h = self.norm(x)
+        q = self.q(h).view(b, s, self.h, self.d).transpose(1, 2)
+        k, v = self.kv(h).view(b, s, 2, self.kvh, self.d).unbind(2)
+        rep = self.h // self.kvh
+        k = k.transpose(1, 2)[:, :, None].expand(b, self.kvh, rep, s, self.d)
+        v = v.transpose(1, 2)[:, :, None].expand(b, self.kvh, rep, s, self.d)
+        k = k.reshape(b, self.h, s, self.d)
+        v = v.reshape(b, self.h, s, self.d)
+        a = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * self.d**-0.5, -1)
+        a = torch.matmul(a, v).transpose(1, 2).reshape(b, s, self.h * self.d)
+        a8 = (a / self.s).clamp(-448, 448).to(FP8)
+        x = x + self.o(a8.to(x.dtype) * self.s)
+        return x + self.down(torch.nn.functional.silu(self.up(x)))
+
+
+def llama(layers: int, ir: str) -> torch.export.ExportedProgram:
+    torch.manual_seed(0)
+    mods = [_Layer(64, 4, 2) for _ in range(layers)]
+    model = torch.nn.Sequential(*mods).to(BF16)
+    ep = torch.export.export(model, (torch.randn(1, 8, 64, dtype=BF16),))
+    return ep.run_decompositions() if ir == "core" else ep
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100,1000,4000,10000")
+    ap.add_argument("--irs", default="export,core,inductor")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-over", type=float, default=60.0)
+    ap.add_argument("--llama-layers", type=int, default=80)
+    ap.add_argument("--out", default=RESULTS)
+    a = ap.parse_args()
+    sizes = [int(x) for x in a.sizes.split(",")]
+    irs = a.irs.split(",")
+    trtllm = graphfuse.load_patterns("trtllm")
+    rows: list[dict] = []
+    notes: list[str] = []
+    rule_sets: dict[str, RuleSet] = {}
+
+    def row(**kw: Any) -> None:
+        rows.append(kw)
+        t = kw["time"]
+        per = t / kw["matches"] * 1e6 if kw.get("matches") else float("nan")
+        extra = kw.get("split", "")
+        print(
+            f"{kw['ir']:9} {kw['n']:>6} {kw['tool']:28} {t:10.4f} s {per:10.1f} us/match "
+            f"{kw.get('ratio', float('nan')):8.1f}x  {extra}",
+            flush=True,
+        )
+
+    print(f"{'ir':9} {'N':>6} {'tool':28} {'time':>12} {'per match':>18} {'vs gf':>9}")
+    for ir in irs:
+        one = traced(link, ir)
+        pattern = traced(block, ir)
+        last: dict[str, list[tuple[int, float]]] = {}
+        for n in sizes:
+            gm = tile(one, n)
+            reps = a.repeats if n <= 1000 else 1
+            tools = ["graphfuse", "graphfuse+100 unrelated", "replace_pattern"]
+            if ir == "inductor":
+                tools += ["inductor (precompiled)", "inductor"]
+            times: dict[str, list[dict]] = {t: [] for t in tools}
+            skip: dict[str, float] = {}
+            for tool in tools:
+                hist = last.get(tool, [])
+                if hist and not tool.startswith("graphfuse"):
+                    # scaling measured on the two largest sizes so far (else linear)
+                    (n1, t1), (n0, t0) = hist[-1], (hist[-2] if len(hist) > 1 else hist[-1])
+                    exp = (
+                        min(max(math.log(t1 / t0) / math.log(n1 / n0), 1.0), 2.0)
+                        if n0 != n1
+                        else 1.0
+                    )
+                    est = t1 * (n / n1) ** exp
+                    if est > a.skip_over:
+                        skip[tool] = est
+            rules = rule_sets.get(ir)
+            if rules is None:
+                probe = run_graphfuse(tile(one, 2), trtllm, 2)
+                rules = trtllm
+                if not probe["ok"]:
+                    rules = RuleSet(f"trtllm+local_{ir}", [local_rule(ir), *trtllm])
+                    msg = (
+                        f"NOTE {ir}: the bundled trtllm rules do not match this IR's block "
+                        f"({probe['matches']} of 2 fused); graphfuse runs trtllm + a LOCAL "
+                        f"rule traced from the block (local_attention_fp8_{ir})"
+                    )
+                    print(msg)
+                    notes.append(msg)
+                rule_sets[ir] = rules
+            extra = RuleSet(f"{rules.name}+unrelated", list(rules) + unrelated_rules())
+            for _ in range(reps):  # interleaved
+                for tool in tools:
+                    if tool in skip:
+                        continue
+                    if tool == "graphfuse":
+                        r = run_graphfuse(gm, rules, n)
+                    elif tool == "graphfuse+100 unrelated":
+                        r = run_graphfuse(gm, extra, n)
+                    elif tool == "replace_pattern":
+                        r = run_replace_pattern(gm, pattern, n)
+                    else:
+                        r = run_inductor(gm, n, precompiled="precompiled" in tool)
+                    times[tool].append(r)
+            gf_time = _median([r["time"] for r in times["graphfuse"]])
+            for tool in tools:
+                if tool in skip:
+                    msg = f"skipped {tool} at {ir} N={n}: extrapolated {skip[tool]:.0f} s"
+                    print(msg)
+                    notes.append(msg)
+                    rows.append(dict(ir=ir, n=n, tool=tool, skipped=True, estimate=skip[tool]))
+                    continue
+                rs = times[tool]
+                t = _median([r["time"] for r in rs])
+                last.setdefault(tool, []).append((n, t))
+                kw = dict(ir=ir, n=n, tool=tool, time=t, matches=rs[0]["matches"], ok=rs[0]["ok"])
+                kw["ratio"] = t / gf_time
+                if tool.startswith("graphfuse"):
+                    for ph in ("copy", "rewrite", "recompile"):
+                        kw[ph] = _median([r[ph] for r in rs])
+                    kw["rewrite_us_per_match"] = kw["rewrite"] / max(kw["matches"], 1) * 1e6
+                    kw["split"] = (
+                        f"copy {kw['copy']:.3f} rewrite {kw['rewrite']:.3f} "
+                        f"({kw['rewrite_us_per_match']:.0f} us/match) "
+                        f"recompile {kw['recompile']:.3f}"
+                    )
+                if not kw["ok"]:
+                    kw["split"] = kw.get("split", "") + f" MISMATCH: {rs[0]['matches']} of {n}"
+                row(**kw)
+
+    for ir in ("export", "core"):
+        if a.llama_layers <= 0:
+            break
+        t0 = time.perf_counter()
+        ep = llama(a.llama_layers, ir)
+        t_export = time.perf_counter() - t0
+        rs = []
+        for _ in range(a.repeats):
+            t0 = time.perf_counter()
+            res = graphfuse.apply(ep, trtllm)
+            rs.append((time.perf_counter() - t0, res.report))
+        t, rep = sorted(rs, key=lambda x: x[0])[len(rs) // 2]
+        got = rep.counts.get("attention_fp8_out", 0)
+        kw = dict(ir=f"llama-{ir}", n=a.llama_layers, tool="graphfuse", time=t, matches=got)
+        kw.update(ok=got == a.llama_layers, ratio=1.0, export_time=t_export, **rep.timings)
+        kw["split"] = (
+            f"copy {rep.timings['copy']:.3f} rewrite {rep.timings['rewrite']:.3f} "
+            f"recompile {rep.timings['recompile']:.3f} (export {t_export:.1f} s)"
+        )
+        if not kw["ok"]:
+            kw["split"] += f" MISMATCH: {got} of {a.llama_layers} ({rep.counts})"
+        row(**kw)
+
+    def get(ir: str, n: int, tool: str) -> dict | None:
+        for r in rows:
+            if r["ir"] == ir and r["n"] == n and r["tool"] == tool and not r.get("skipped"):
+                return r
+        return None
+
+    print("\ntargets (section 1):")
+    heads: list[str] = []
+    for ir in irs:
+        g1, g4, g10 = (get(ir, n, "graphfuse") for n in (1000, 4000, 10000))
+        rp4, ind1 = get(ir, 4000, "replace_pattern"), get(ir, 1000, "inductor")
+        u1 = get(ir, 1000, "graphfuse+100 unrelated")
+        if g1:
+            print(f"  {ir}: rewrite at N=1000 {g1['rewrite_us_per_match']:.0f} us/match (<= 100)")
+        if g4 and rp4:
+            heads.append(f"{ir}: replace_pattern/graphfuse at N=4000 {rp4['ratio']:.1f}x (>= 20)")
+            print("  " + heads[-1])
+        if g1 and ind1:
+            heads.append(f"{ir}: inductor/graphfuse at N=1000 {ind1['ratio']:.1f}x (>= 100)")
+            print("  " + heads[-1])
+        if g1 and g10:
+            print(f"  {ir}: N=10000 / N=1000 {g10['time'] / g1['time']:.1f}x (<= 11)")
+        if g1 and u1:
+            ratio = u1["rewrite"] / g1["rewrite"]
+            print(f"  {ir}: 100 unrelated rules, rewrite time {ratio:.2f}x (<= 2)")
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(dict(rows=rows, notes=notes, date=time.strftime("%F %T")), f, indent=1)
+    print("headline: " + ("; ".join(heads) if heads else "no baseline at N=4000 / 1000"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Complexity guards, structural (never wall-clock): matcher work per block is constant
+along a chain of N attention blocks, and the rewriter's cycle check stays between a
+match's earliest root and its latest input."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torch import fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import graphfuse
+import graphfuse._matcher as matcher
+from graphfuse import Rule, RuleSet
+from graphfuse import dsl as P
+from graphfuse._fake import FakePropagator
+from graphfuse._rewriter import _depends_on_roots
+from graphfuse._runner import run_rules
+
+aten = torch.ops.aten
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+
+
+def chain(n: int) -> fx.GraphModule:
+    """N blocks ``matmul -> mul -> softmax -> matmul -> div -> clamp -> to(fp8)``, each
+    feeding the next through a cast to bf16 (9 nodes a block, fake values shared)."""
+    with FakeTensorMode():
+        q = torch.empty(1, 2, 8, 16, dtype=BF16)
+        kt = torch.empty(1, 2, 16, 8, dtype=BF16)
+        sc = torch.empty(1, 2, 8, 8, dtype=BF16)
+        s = torch.empty(())
+        o8 = torch.empty(1, 2, 8, 16, dtype=FP8)
+    g = fx.Graph()
+    x, k, v, sn = (g.placeholder(name) for name in "xkvs")
+    for node, val in ((x, q), (k, q), (v, q), (sn, s)):
+        node.meta["val"] = val
+
+    def call(target: object, *args: object, val: torch.Tensor) -> fx.Node:
+        node = g.call_function(target, args)
+        node.meta["val"] = val
+        return node
+
+    for _ in range(n):
+        a = call(aten.matmul.default, x, call(aten.transpose.int, k, 2, 3, val=kt), val=sc)
+        a = call(aten.softmax.int, call(aten.mul.Tensor, a, 0.125, val=sc), -1, val=sc)
+        a = call(aten.div.Tensor, call(aten.matmul.default, a, v, val=q), sn, val=q)
+        a = call(aten.to.dtype, call(aten.clamp.default, a, -448, 448, val=q), FP8, val=o8)
+        x = call(aten.to.dtype, a, BF16, val=q)
+    g.output(x)
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def _local_rules() -> RuleSet:
+    x, k, v, s = P.tensor("x"), P.tensor("k"), P.tensor("v"), P.tensor("s")
+    kt = P.op(aten.transpose.int, k, 2, 3) | P.op(aten.permute.default, k, [0, 1, 3, 2])
+    logits = P.op(aten.matmul.default, x, kt)
+    scaled = P.alt(mul=P.op(aten.mul.Tensor, logits, P.scalar("c")), none=logits)
+    probs = P.op([aten.softmax.int, aten._softmax.default], scaled, -1)
+    attn = P.op(aten.matmul.default, probs, v)
+    quant = P.op(aten.to.dtype, P.op(aten.clamp.default, P.op(aten.div.Tensor, attn, s), -448, 448))
+
+    def rewrite(m: graphfuse.Match, b: graphfuse.Builder) -> fx.Node:
+        args = (m["x"], m["k"], m["v"], None, None, None, None, "none", 0.125, "bhsd")
+        return b.call(torch.ops.graphfuse.attention_fp8.default, *args, "default", m["s"])
+
+    return RuleSet("local", [Rule("attn_fp8", quant, rewrite, priority=1)])
+
+
+def _count_visits(monkeypatch: pytest.MonkeyPatch, gm: fx.GraphModule, rules: RuleSet) -> dict:
+    """Calls of the matcher's dispatch ``_m`` and of ``match_rule`` in one dry run."""
+    counts: collections.Counter = collections.Counter()
+    inner, outer = matcher._m, matcher.match_rule
+
+    def counted_m(*args: object):  # noqa: ANN202
+        counts["_m"] += 1
+        return inner(*args)
+
+    def counted_rule(*args: object, **kwargs: object):  # noqa: ANN202
+        counts["match_rule"] += 1
+        return outer(*args, **kwargs)
+
+    monkeypatch.setattr(matcher, "_m", counted_m)
+    monkeypatch.setattr("graphfuse._runner.match_rule", counted_rule)
+    report = run_rules(gm.graph, rules, dry_run=True)
+    monkeypatch.undo()
+    counts["fired"] = sum(report.counts.values())
+    return dict(counts)
+
+
+@pytest.mark.parametrize("rules", ["local", "trtllm"])
+def test_matcher_work_is_linear_in_blocks(monkeypatch: pytest.MonkeyPatch, rules: str) -> None:
+    rule_set = _local_rules() if rules == "local" else graphfuse.load_patterns("trtllm")
+    c8, c16, c32 = (_count_visits(monkeypatch, chain(n), rule_set) for n in (8, 16, 32))
+    print(f"{rules}: 8 blocks {c8}, 16 blocks {c16}, 32 blocks {c32}")
+    assert c8["fired"] >= 8 and c32["fired"] == 2 * c16["fired"] == 4 * c8["fired"]
+    # Linear: 16 more blocks cost twice what 8 more blocks cost (block 0, with no cast in
+    # front, may differ; a per-match scan of the graph would make the increments grow).
+    for key in ("_m", "match_rule"):
+        assert c32[key] - c16[key] == pytest.approx(2 * (c16[key] - c8[key]), rel=0.05), key
+
+
+def test_apply_fuses_every_block_with_linear_visits(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts: collections.Counter = collections.Counter()
+    inner = matcher._m
+
+    def counted_m(*args: object):  # noqa: ANN202
+        counts["_m"] += 1
+        return inner(*args)
+
+    monkeypatch.setattr(matcher, "_m", counted_m)
+    per_n = {}
+    for n in (10, 40):
+        counts.clear()
+        res = graphfuse.apply(chain(n), _local_rules())
+        fused = res.program.graph.find_nodes(
+            op="call_function", target=torch.ops.graphfuse.attention_fp8.default
+        )
+        assert len(fused) == n
+        assert not res.program.graph.find_nodes(op="call_function", target=aten.softmax.int)
+        per_n[n] = counts["_m"]
+    assert per_n[40] <= 4.2 * per_n[10], per_n
+
+
+def test_cycle_check_stays_between_roots_and_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2-root match at the end of a long graph: the dependency search looks only at nodes
+    from the earliest root on, never at the 2,000-node prefix."""
+    g = fx.Graph()
+    a = g.placeholder("a")
+    for _ in range(2000):
+        a = g.call_function(aten.neg.default, (a,))
+    prefix_end = a
+    r1 = g.call_function(aten.relu.default, (a,))
+    mid = g.call_function(aten.sin.default, (r1,))  # input after the root, depends on it
+    other = g.call_function(aten.cos.default, (a,))  # input after the root, independent
+    r2 = g.call_function(aten.add.Tensor, (mid, other))
+    g.output((r2,))
+
+    touched: list[fx.Node] = []
+    original = fx.Node.all_input_nodes
+
+    def spy(self: fx.Node) -> list[fx.Node]:
+        touched.append(self)
+        return original.fget(self)  # type: ignore[union-attr]
+
+    monkeypatch.setattr(fx.Node, "all_input_nodes", property(spy))
+    assert _depends_on_roots([mid], (r1, r2)) is r1
+    assert _depends_on_roots([other], (r1, r2)) is None
+    monkeypatch.undo()
+    assert touched, "the search visited nothing"
+    assert all(n._sort_key > prefix_end._sort_key for n in touched), [n.name for n in touched]
+    assert len(touched) <= 4
+
+
+def test_fake_propagation_is_cached_per_metadata() -> None:
+    """One fake-impl call for N same-shaped rewrites (the rest are cache hits)."""
+    gm = chain(20)
+    fake = FakePropagator()
+    import graphfuse._runner as runner
+
+    real = runner.FakePropagator
+    runner.FakePropagator = lambda: fake  # type: ignore[assignment]
+    try:
+        report = run_rules(gm.graph, _local_rules())
+    finally:
+        runner.FakePropagator = real  # type: ignore[assignment]
+    assert report.counts["attn_fp8"] == 20
+    assert fake.misses == 1 and fake.hits == 19
