@@ -426,6 +426,7 @@ def _m_maybe(pat: P.Maybe, value: Any, st: _State, where: tuple | None) -> Itera
         and cur.op == "call_function"
         and target_matches(probe, cur.target)
         and cur.args
+        and (pat.where is None or pat.where(cur))
     ):
         chain.append(cur)
         cur = cur.args[0]

@@ -121,10 +121,10 @@ def alive(m: Match) -> bool:
     )
 
 
-def apply_match(m: Match, graph: fx.Graph, fake: FakePropagator) -> Failure | None:
-    """Rewrite one match in place. Returns a Failure (graph unchanged) when the rewrite is
-    no longer safe; raises :class:`RewriteError` (graph unchanged) when the rule's rewrite
-    is broken."""
+def apply_match(m: Match, graph: fx.Graph, fake: FakePropagator) -> Failure | list[fx.Node]:
+    """Rewrite one match in place and return the nodes it created. Returns a Failure
+    (graph unchanged) when the rewrite is no longer safe; raises :class:`RewriteError`
+    (graph unchanged) when the rule's rewrite is broken."""
     escape = escape_of(m.nodes, m.roots, m.node_set)
     if escape is not None:
         return escape
@@ -158,7 +158,7 @@ def apply_match(m: Match, graph: fx.Graph, fake: FakePropagator) -> Failure | No
         if new is not root:
             root.replace_all_uses_with(new)
     _erase_matched(m, graph, set(news))
-    return None
+    return builder.created
 
 
 def _validate(m: Match, builder: Builder, news: tuple[fx.Node, ...]) -> None:

@@ -37,6 +37,27 @@ def anchor_targets(pat: P.Pattern) -> tuple:
     raise ValueError(f"a rule's pattern must be rooted at an op call, not {pat!r}")
 
 
+def _collect_targets(pat: Any, out: set[Any], seen: set[int] | None = None) -> None:
+    """Every op target anywhere in ``pat`` (shared sub-patterns are visited once)."""
+    seen = set() if seen is None else seen
+    if id(pat) in seen:
+        return
+    seen.add(id(pat))
+    if isinstance(pat, (P.Call, P.Maybe)):
+        out.update(pat.targets)
+    children: list[Any] = []
+    if isinstance(pat, P.Call):
+        children = list(pat.args) + [a for _, a in pat.kwargs]
+    elif isinstance(pat, (P.Maybe, P.Typed)):
+        children = [pat.inner]
+    elif isinstance(pat, P.Alt):
+        children = [b for _, b in pat.branches]
+    elif isinstance(pat, P.ListOf):
+        children = list(pat.items)
+    for child in children:
+        _collect_targets(child, out, seen)
+
+
 @dataclass(frozen=True, eq=False)
 class Rule:
     """One fusion: ``pattern`` (structure) + ``check`` (conditions) + ``rewrite``.
@@ -109,12 +130,27 @@ class RuleSet:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"rule set {name}: duplicate rule names {dup}")
+        self._mentioned: set[Any] | None = None
         self._exact: dict[Any, list[Rule]] = {}
         self._packets: dict[Any, list[Rule]] = {}
         for rule in self.rules:
             for t in dict.fromkeys(anchor_targets(rule.patterns[0])):
                 table = self._packets if isinstance(t, torch._ops.OpOverloadPacket) else self._exact
                 table.setdefault(t, []).append(rule)
+
+    def mentions(self, target: Any) -> bool:
+        """True when some pattern of the set could match a call of ``target`` (so a
+        rewrite that creates one needs a full sweep after it)."""
+        if self._mentioned is None:
+            found: set[Any] = set()
+            seen: set[int] = set()
+            for rule in self.rules:
+                for p in rule.patterns:
+                    _collect_targets(p, found, seen)
+            self._mentioned = found
+        return target in self._mentioned or (
+            getattr(target, "overloadpacket", None) in self._mentioned
+        )
 
     def __add__(self, other: RuleSet) -> RuleSet:
         return RuleSet(f"{self.name}+{other.name}", self.rules + other.rules)

@@ -12,7 +12,7 @@ from ._fake import FakePropagator
 from ._match import Match
 from ._matcher import _Tracer, match_rule
 from ._report import NearMiss, Report, near_miss
-from ._rewriter import alive, apply_match
+from ._rewriter import apply_match
 from ._rules import RuleSet
 
 Progress = Callable[[int, int], None]
@@ -31,9 +31,13 @@ def run_rules(
 ) -> Report:
     """Rewrite ``graph`` in place with ``rules`` until nothing more fires.
 
-    Each sweep matches every candidate (found through the op index), orders the matches
-    by rule priority, then position, and applies those that are still intact; overlaps
-    go to the first. ``graph.lint()`` runs after every sweep that changed something.
+    A sweep visits the candidates (found through the op index) in order of rule
+    priority, then position, and applies each match as it is found, so a candidate that
+    an earlier rewrite consumed is skipped without matching; overlaps go to the first.
+    The next sweep revisits everything only when a rewrite created a node that some
+    pattern of the set could match; otherwise only the candidates a rewrite may have
+    unblocked (those that failed because an intermediate escaped). ``graph.lint()`` runs
+    after every sweep that changed something.
 
     Args:
         dry_run: match and count, change nothing (one sweep).
@@ -48,20 +52,38 @@ def run_rules(
     fake = FakePropagator()
     misses: dict[tuple[str, str], tuple[NearMiss, fx.Node]] = {}
     fired_last: list[str] = []
+    retry: set[tuple] | None = None  # None: visit every candidate
     for iteration in range(1, max_iterations + 1):
         report.iterations = iteration
-        cands = list(dict.fromkeys(rules.candidates(graph)))
+        cands = list(dict.fromkeys(rules.candidates(graph))) if retry is None else list(retry)
         cands.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, order[rn[0]]))
-        matches: list[Match] = []
-        norm: dict = {}  # normalize() per node, valid while this sweep only matches
+        fired_last, retry, full_sweep = [], set(), False
+        consumed: set[fx.Node] = set()
+        norm: dict = {}  # normalize() per node, dropped after every rewrite
         for i, (rule, node) in enumerate(cands):
             if progress is not None and i % 256 == 0:
                 progress(i, len(cands))
+            if node._erased or node in consumed:
+                continue
             tracer = _Tracer() if explain and iteration == 1 else None
             res = match_rule(rule, node, tracer, norm)
             if isinstance(res, Match):
-                matches.append(res)
-            elif res is not None:
+                if dry_run:
+                    consumed |= res.node_set
+                else:
+                    created = apply_match(res, graph, fake)
+                    if not isinstance(created, list):  # no longer safe: retry next sweep
+                        res, created = created, None
+                    else:
+                        norm.clear()
+                        full_sweep |= any(rules.mentions(n.target) for n in created)
+                if isinstance(res, Match):
+                    report.counts[rule.name] += 1
+                    fired_last.append(rule.name)
+                    continue
+            if res is not None:
+                if res.kind == "escape":
+                    retry.add((rule, node))
                 nm = near_miss(rule.name, res, node)
                 misses.setdefault((rule.name, node.name), (nm, node))
             elif tracer is not None and tracer.failure is not None and tracer.depth >= min_depth:
@@ -69,23 +91,10 @@ def run_rules(
                 misses.setdefault((rule.name, node.name), (nm, node))
         if progress is not None:
             progress(len(cands), len(cands))
-        fired_last = []
-        consumed: set[fx.Node] = set()
-        for m in matches:
-            if not alive(m) or (dry_run and not consumed.isdisjoint(m.node_set)):
-                continue
-            if dry_run:
-                consumed |= m.node_set
-            else:
-                failure = apply_match(m, graph, fake)
-                if failure is not None:
-                    nm = near_miss(m.rule.name, failure, m.root)
-                    misses.setdefault((m.rule.name, m.root.name), (nm, m.root))
-                    continue
-            report.counts[m.rule.name] += 1
-            fired_last.append(m.rule.name)
         if dry_run or not fired_last:
             break
+        if full_sweep:
+            retry = None
         if lint:
             graph.lint()
     else:

@@ -185,16 +185,19 @@ class Alt(Pattern):
 @dataclass(frozen=True, repr=False)
 class Maybe(Pattern):
     """Zero or more calls of ``targets`` (each applied to its first argument) in front of
-    ``inner``; the nodes passed through are bound to ``name`` (outermost first)."""
+    ``inner``; the nodes passed through are bound to ``name`` (outermost first). With
+    ``where``, the chain only passes through nodes for which ``where(node)`` is true."""
 
     targets: tuple[Target, ...]
     inner: Pattern
     name: str | None = None
+    where: Any = None  # Callable[[fx.Node], bool] | None
 
     def __repr__(self) -> str:
         ops = ", ".join(_target_repr(t) for t in self.targets)
         name = f", name={self.name!r}" if self.name else ""
-        return f"P.maybe([{ops}], {self.inner!r}{name})"
+        where = f", where={getattr(self.where, '__name__', self.where)}" if self.where else ""
+        return f"P.maybe([{ops}], {self.inner!r}{name}{where})"
 
 
 @dataclass(frozen=True, repr=False)
@@ -302,12 +305,21 @@ def alt(name: str | None = None, /, **branches: Pattern) -> Alt:
     return Alt(tuple((t, _as_pattern(p)) for t, p in branches.items()), name)
 
 
-def maybe(targets: Target | Iterable[Target], inner: Pattern, *, name: str | None = None) -> Maybe:
+def maybe(
+    targets: Target | Iterable[Target],
+    inner: Pattern,
+    *,
+    name: str | None = None,
+    where: Any = None,
+) -> Maybe:
     """See through a chain of zero or more ``targets`` calls (views, casts) before ``inner``.
+
+    ``where(node) -> bool`` limits which calls the chain passes through (e.g. only casts
+    that widen), so the matcher never tries chains a check would reject.
 
     Example: ``P.maybe([aten.view, aten.reshape, aten.clone], P.tensor("x"), name="layout")``.
     """
-    return Maybe(_targets(targets), _as_pattern(inner), name)
+    return Maybe(_targets(targets), _as_pattern(inner), name, where)
 
 
 def typed(

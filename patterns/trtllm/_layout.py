@@ -18,7 +18,19 @@ from torch import fx
 from graphfuse._dims import same_size
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 Groups = list[tuple[str, ...]]
+# Ops of the chain that keep the layout (copies, aliases and casts).
+_IDENTITY = frozenset(
+    [
+        aten.clone.default,
+        aten.contiguous.default,
+        aten.alias.default,
+        aten.to.dtype,
+        aten._to_copy.default,
+        prims.convert_element_type.default,
+    ]
+)
 
 LAYOUTS: dict[str, list[tuple[str, ...]]] = {
     "bhsd": [("B",), ("H",), ("S",), ("D",)],
@@ -65,7 +77,7 @@ def output_layout(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, A
             groups[d0], groups[d1] = groups[d1], groups[d0]
         elif t is aten.permute.default:
             groups = [groups[d % len(groups)] for d in args[1]]
-        elif t in (aten.clone.default, aten.contiguous.default):
+        elif t in _IDENTITY:
             continue
         else:  # reshape, view, _unsafe_view, flatten: regroup by the output's sizes
             flat = [lb for g in groups for lb in g]

@@ -11,9 +11,58 @@ from graphfuse import Builder, Match, Rule
 from graphfuse import dsl as P
 
 from ._layout import output_layout
-from ._spellings import FP8, LAYOUT, aten, attention, fp8_quant_of, gf, nvfp4_quant_of
+from ._spellings import (
+    FP8,
+    OUTPUT_CHAIN,
+    aten,
+    attention,
+    eager_fp8_quant_of,
+    fp8_quant_of,
+    gf,
+    nvfp4_quant_of,
+)
 
 _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, FP8)
+_WIDE = (torch.float32, torch.float64)
+_CAST_TARGETS = (aten.to.dtype, aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+
+
+def _dtype_of(node: Any) -> Any:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return val.dtype if isinstance(val, torch.Tensor) else None
+
+
+def _check_input_casts(m: Match) -> Any:
+    """Casts seen through in front of q / k / v must be exact (same dtype or to fp32/fp64):
+    the fused op reads the tensor before the cast."""
+    for name in ("q", "k", "v"):
+        for node in m.chain(f"{name}_cast") + m.chain(f"{name}_inner_cast"):
+            src, dst = _dtype_of(node.args[0]), _dtype_of(node)
+            if dst != src and dst not in _WIDE:
+                return m.fail(
+                    "{n} is cast from {a} to {b} before attention, which rounds; the fused op "
+                    "would read the unrounded {a} tensor",
+                    node,
+                    n=name,
+                    a=src,
+                    b=dst,
+                )
+    return None
+
+
+def _check_output_casts(m: Match) -> Any:
+    """Casts between attention and the quant must stay floating point with >= 16 bits."""
+    for node in m.chain("layout"):
+        if node.target in _CAST_TARGETS:
+            dst = _dtype_of(node)
+            if dst is None or not dst.is_floating_point or dst.itemsize < 2:
+                return m.fail(
+                    "the attention output is cast to {d} before the quant; the fused op "
+                    "quantizes the 16/32-bit output",
+                    node,
+                    d=dst,
+                )
+    return None
 
 
 def _number(m: Match, name: str) -> Any:
@@ -64,6 +113,8 @@ def _mask(m: Match) -> Any:
 
 def check_attention(m: Match) -> Any:
     """The conditions every fused attention needs (inputs, GQA, mask, dropout, scale)."""
+    if (f := _check_input_casts(m)) is not None:
+        return f
     for name in ("q", "k", "v"):
         val = m.val(name)
         if val.dim() != 4:
@@ -102,6 +153,12 @@ def check_attention(m: Match) -> Any:
                 s=list(shape),
                 f=list(full),
             )
+    if tuple(m.val("k").shape) != tuple(v.shape):
+        return m.fail(
+            "k has shape {ks} and v {vs}; the fused op needs equal shapes",
+            ks=list(m.val("k").shape),
+            vs=list(v.shape),
+        )
     if v.shape[3] != q.shape[3]:
         return m.fail("v's head_dim {dv} differs from q's {dq}", dv=v.shape[3], dq=q.shape[3])
     scale = _softmax_scale(m)
@@ -115,6 +172,8 @@ def _layout(m: Match) -> str | None:
 
 
 def _check_layout(m: Match) -> Any:
+    if (f := _check_output_casts(m)) is not None:
+        return f
     if _layout(m) is None:
         ops = " -> ".join(n.name for n in reversed(m.chain("layout")))
         return m.fail("the layout ops {ops} give a layout the fused op does not write", ops=ops)
@@ -193,14 +252,12 @@ def _rewrite_quant(m: Match, b: Builder) -> Any:
 
 
 def _check_quant(m: Match) -> Any:
-    if m.tag("sink") != "eager":
-        return m.fail("already the op")
     if m.val("x").dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return m.fail("x has dtype {d}", d=m.val("x").dtype)
     return m.single_element("out_scale")
 
 
-_ATTN_OUT = P.maybe(LAYOUT, attention(), name="layout")
+_ATTN_OUT = P.maybe(OUTPUT_CHAIN, attention(), name="layout")
 
 RULES_LIST = [
     Rule(
@@ -214,5 +271,11 @@ RULES_LIST = [
         priority=20,
     ),
     Rule("attention_fp8_inputs", attention(), _rewrite_fp8_inputs, _check_fp8_inputs, priority=10),
-    Rule("fp8_static_quant", fp8_quant_of(P.tensor("x")), _rewrite_quant, _check_quant, priority=0),
+    Rule(
+        "fp8_static_quant",
+        eager_fp8_quant_of(P.tensor("x")),
+        _rewrite_quant,
+        _check_quant,
+        priority=0,
+    ),
 ]

@@ -27,7 +27,13 @@ LAYOUT = VIEWS + [
     aten.clone.default,
     aten.contiguous.default,
     aten.flatten.using_ints,
+    aten.unsqueeze.default,
+    aten.squeeze.dim,
+    aten.alias.default,
 ]
+# Between attention and the quant: layout ops and casts (``attn.to(float32)``; after
+# run_decompositions() the bf16 -> fp32 -> bf16 round trip of SDPA's math form).
+OUTPUT_CHAIN = LAYOUT + CASTS
 
 
 def cast(x: P.Pattern, dtype: object = P._) -> P.Pattern:
@@ -65,13 +71,17 @@ def _clamped(x: P.Pattern) -> P.Pattern:
     )
 
 
+def eager_fp8_quant_of(x: P.Pattern) -> P.Pattern:
+    """``(x / s).clamp(-448, 448).to(fp8)`` in every eager spelling NUMERICS.md lists
+    (``x`` possibly cast first), dequant scale ``out_scale``."""
+    return cast(_clamped(_scaled_by_inverse(maybe_cast(x), P.tensor("out_scale"))), FP8)
+
+
 def fp8_quant_of(x: P.Pattern) -> P.Pattern:
-    """Static per-tensor FP8 quantization of ``x`` with dequant scale ``out_scale``:
-    ``(x / s).clamp(-448, 448).to(fp8)`` in every spelling NUMERICS.md lists, or the op."""
-    s = P.tensor("out_scale")
-    x = maybe_cast(x)
-    eager = cast(_clamped(_scaled_by_inverse(x, s)), FP8)
-    return P.alt("sink", eager=eager, op=P.op(gf.fp8_static_quant.default, x, s))
+    """Static per-tensor FP8 quantization of ``x`` with dequant scale ``out_scale``: an
+    eager spelling or the op ``graphfuse::fp8_static_quant`` (tag ``sink``)."""
+    op = P.op(gf.fp8_static_quant.default, maybe_cast(x), P.tensor("out_scale"))
+    return P.alt("sink", eager=eager_fp8_quant_of(x), op=op)
 
 
 def nvfp4_quant_of(x: P.Pattern) -> P.Pattern:
@@ -84,6 +94,23 @@ def nvfp4_quant_of(x: P.Pattern) -> P.Pattern:
 # --------------------------------------------------------------------------- inputs
 
 
+def exact_cast(node: torch.fx.Node) -> bool:
+    """A cast that loses nothing: to the same dtype, or to fp32 / fp64."""
+    src, dst = node.args[0].meta.get("val"), node.meta.get("val")
+    if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+        return False
+    return dst.dtype == src.dtype or (
+        dst.dtype in (torch.float32, torch.float64) and src.dtype != FP8
+    )
+
+
+def widened(x: P.Pattern, name: str) -> P.Pattern:
+    """``x`` seen through exact casts (chain ``{name}_cast``): run_decompositions() computes
+    SDPA's math form of 16-bit inputs in fp32 (``_to_copy(q, float32)``). A rounding cast
+    (or an FP8 -> wide cast without its scale) ends the chain, so ``x`` binds the cast."""
+    return P.maybe(CASTS, x, name=f"{name}_cast", where=exact_cast)
+
+
 def dequant(name: str) -> P.Pattern:
     """An attention input, possibly the dequantisation of an FP8 tensor ``name`` with scale
     ``name_scale`` (``x8.to(dt) * s``, ``x8.float() * s``, ``graphfuse::fp8_dequant``)."""
@@ -93,14 +120,15 @@ def dequant(name: str) -> P.Pattern:
         f"{name}_fp8",
         op=P.op(gf.fp8_dequant.default, x8, scale),
         mul=P.op(aten.mul.Tensor, cast(x8), scale, commutative=True),
-        plain=P.tensor(name, rank=4),
+        # a plain input is 16/32-bit: an FP8 tensor only enters attention dequantised
+        plain=P.tensor(name, rank=4, dtype=(torch.float32, torch.bfloat16, torch.float16)),
     )
 
 
 def kv_heads(name: str) -> P.Pattern:
     """A K or V input, possibly repeated to the query heads (GQA): ``repeat_kv``'s
     ``unsqueeze -> expand -> reshape``, or ``repeat_interleave`` on dim 1."""
-    x = dequant(name)
+    x = widened(dequant(name), f"{name}_inner")
     expanded = P.op(aten.expand.default, P.op(aten.unsqueeze.default, x, 2), P.any(f"{name}_exp"))
     return P.alt(
         f"{name}_repeat",
@@ -128,7 +156,12 @@ def _prescaled(x: P.Pattern, name: str) -> P.Pattern:
 
 
 def _transposed(x: P.Pattern) -> P.Pattern:
-    return P.op(aten.transpose.int, x, 2, 3) | P.op(aten.permute.default, x, [0, 1, 3, 2])
+    """``x.transpose(-2, -1)`` / ``x.transpose(-1, -2)`` / ``permute(0, 1, 3, 2)``."""
+    return (
+        P.op(aten.transpose.int, x, 2, 3)
+        | P.op(aten.transpose.int, x, 3, 2)
+        | P.op(aten.permute.default, x, [0, 1, 3, 2])
+    )
 
 
 _SDPA_ARGS = dict(dropout_p=P.any("dropout"), is_causal=P.any("is_causal"), scale=P.any("scale"))
@@ -221,7 +254,9 @@ def _math_source(q: P.Pattern, k: P.Pattern, v: P.Pattern) -> P.Pattern:
 
 
 def attention() -> P.Pattern:
-    """Attention over q [B, Hq, S, D] and k, v [B, Hkv, S, D] (possibly FP8-dequantised and
-    repeated to Hq heads), in every source form the rule set knows, tagged ``source``."""
-    q, k, v = dequant("q"), kv_heads("k"), kv_heads("v")
+    """Attention over q [B, Hq, S, D] and k, v [B, Hkv, S, D] (possibly FP8-dequantised,
+    widened by casts and repeated to Hq heads), in every source form the rule set knows,
+    tagged ``source``."""
+    q = widened(dequant("q"), "q")
+    k, v = widened(kv_heads("k"), "k"), widened(kv_heads("v"), "v")
     return P.alt("source", **_sdpa_sources(q, k, v), math=_math_source(q, k, v))
