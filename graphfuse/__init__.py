@@ -14,6 +14,8 @@ from . import ops as ops  # registers every graphfuse:: op
 from ._api import Result as Result
 from ._api import apply as apply
 from ._api import explain as explain
+from ._compile import compile_backend as compile_backend
+from ._compile import inductor_pass as inductor_pass
 from ._errors import (
     FixpointError as FixpointError,
 )
@@ -56,8 +58,10 @@ __all__ = [
     "RuleSet",
     "UnsafeProgramError",
     "apply",
+    "compile_backend",
     "dsl",
     "explain",
+    "inductor_pass",
     "load_patterns",
     "ops",
     "traced_rule",

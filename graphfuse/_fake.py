@@ -12,12 +12,17 @@ from typing import Any
 import torch
 from torch import fx
 from torch._guards import detect_fake_mode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 
 def _key_of(v: Any) -> Any:
     if isinstance(v, torch.Tensor):
-        return ("T", v.dtype, v.device, tuple(map(str, v.shape)), tuple(map(str, v.stride())))
+        key = (v.dtype, v.device, tuple(v.shape), tuple(v.stride()))
+        try:
+            hash(key)
+        except TypeError:  # symbolic sizes: key them by their expressions
+            key = (v.dtype, v.device, tuple(map(str, v.shape)), tuple(map(str, v.stride())))
+        return key
     if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("S", str(v))
     if isinstance(v, (list, tuple)):
@@ -31,6 +36,17 @@ def _key_of(v: Any) -> Any:
     return v
 
 
+_MISSING = object()
+
+
+def _val_of(a: Any) -> Any:
+    if isinstance(a, fx.Node):
+        return a.meta.get("val", _MISSING)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_val_of(x) for x in a)
+    return a
+
+
 class FakePropagator:
     """Computes (and caches) the fake value a new call node produces."""
 
@@ -40,26 +56,16 @@ class FakePropagator:
         self.misses = 0
 
     def __call__(self, target: Any, args: tuple, kwargs: dict) -> Any:
-        missing = False
-
-        def to_val(a: Any) -> Any:
-            nonlocal missing
-            if isinstance(a, fx.Node):
-                if "val" not in a.meta:
-                    missing = True
-                return a.meta.get("val")
-            return a
-
-        vargs = tree_map(to_val, args)
-        vkwargs = tree_map(to_val, kwargs)
-        if missing:
+        vargs = tuple(_val_of(a) for a in args)
+        vkwargs = {k: _val_of(v) for k, v in kwargs.items()}
+        flat, _ = tree_flatten((vargs, vkwargs))
+        if any(v is _MISSING for v in flat):
             return None
         key = (target, _key_of(vargs), _key_of(vkwargs))
         if key in self._cache:
             self.hits += 1
             return self._cache[key]
         self.misses += 1
-        flat, _ = tree_flatten((vargs, vkwargs))
         mode = detect_fake_mode(flat)
         if mode is None:
             return None
