@@ -57,6 +57,18 @@ def _dangling(gm: torch.fx.GraphModule) -> set[str]:
 @SETTINGS
 @given(steps=steps_strategy(max_steps=4))
 def test_rewrite_invariants(steps, decompose):
+    _check_invariants(steps, decompose)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decompose", [False, True], ids=["pre_dispatch", "core_aten"])
+@settings(SETTINGS, max_examples=100)
+@given(steps=steps_strategy(max_steps=6))
+def test_rewrite_invariants_many(steps, decompose):
+    _check_invariants(steps, decompose)
+
+
+def _check_invariants(steps, decompose):
     ep = _export(steps, decompose)
     code_before = ep.graph_module.code
     result = graphfuse.apply(ep, "trtllm")
