@@ -29,6 +29,9 @@ from ._errors import (
     ProgramLoadError as ProgramLoadError,
 )
 from ._errors import (
+    ProgramSaveError as ProgramSaveError,
+)
+from ._errors import (
     RewriteError as RewriteError,
 )
 from ._errors import (
@@ -36,6 +39,8 @@ from ._errors import (
 )
 from ._match import Match as Match
 from ._patterns import load_patterns as load_patterns
+from ._pt2 import load_program as load_program
+from ._pt2 import save_program as save_program
 from ._report import NearMiss as NearMiss
 from ._report import Report as Report
 from ._rewriter import Builder as Builder
@@ -51,6 +56,7 @@ __all__ = [
     "NearMiss",
     "PatternLoadError",
     "ProgramLoadError",
+    "ProgramSaveError",
     "Report",
     "Result",
     "RewriteError",
@@ -63,6 +69,8 @@ __all__ = [
     "explain",
     "inductor_pass",
     "load_patterns",
+    "load_program",
     "ops",
+    "save_program",
     "traced_rule",
 ]

@@ -11,6 +11,10 @@ class ProgramLoadError(GraphfuseError):
     """A ``.pt2`` file (or an in-memory program) could not be loaded or is not acceptable."""
 
 
+class ProgramSaveError(GraphfuseError):
+    """A program could not be written (bad destination, or torch failed to serialise it)."""
+
+
 class UnsafeProgramError(ProgramLoadError):
     """A ``.pt2`` file holds pickled data that would run code when loaded."""
 

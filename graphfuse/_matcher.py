@@ -54,7 +54,7 @@ class _Tracer:
         self.failure: Failure | None = None
 
     def note(self, depth: int, failure: Failure) -> None:
-        if depth >= self.depth:
+        if depth > self.depth:  # the first failure at the deepest level
             self.depth, self.failure = depth, failure
 
 

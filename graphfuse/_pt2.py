@@ -18,15 +18,11 @@ from collections.abc import Sequence
 
 import torch
 
-from ._errors import GraphfuseError, ProgramLoadError, UnsafeProgramError
+from ._errors import GraphfuseError, ProgramLoadError, ProgramSaveError, UnsafeProgramError
 from ._pt2_archive import DEFAULT_MAX_BYTES, open_archive
-from ._pt2_safety import TRUST_HINT, check_archive, restricted_loading
+from ._pt2_safety import TRUST_HINT, check_archive, check_graph_targets, restricted_loading
 
 __all__ = ["DEFAULT_MAX_BYTES", "ProgramSaveError", "load_program", "save_program"]
-
-
-class ProgramSaveError(GraphfuseError):
-    """A program could not be written (bad destination, or torch failed to serialise it)."""
 
 
 _PYTREE = re.compile(r"Deserializing (\S+?) in pytree is not registered")
@@ -34,7 +30,8 @@ _OP = re.compile(r"failed to resolve (torch\.ops\.[\w.]+) to an operator")
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text))
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     line = lines[0] if lines else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
@@ -53,6 +50,8 @@ def _explain_load_failure(path: str, exc: BaseException) -> GraphfuseError:
     for e in _chain(exc):
         if isinstance(e, UnsafeProgramError):
             return UnsafeProgramError(f"{path}: {e}. {TRUST_HINT}")
+        if isinstance(e, GraphfuseError):
+            return type(e)(f"{path}: {e}")
         text = str(e)
         if m := _PYTREE.search(text):
             type_name = m.group(1)
@@ -136,12 +135,16 @@ def load_program(
             with restricted_loading():
                 reader = _package.PT2ArchiveReader(path)
                 programs = _package._load_exported_programs(reader, reader.get_file_names(), None)
-    except GraphfuseError:
-        raise
     except Exception as e:  # torch raises many types; all become one line
         raise _explain_load_failure(path, e) from None
     if "model" not in programs:
         raise ProgramLoadError(f"{path}: holds no program named 'model'")
+    if not trust:
+        for program in programs.values():
+            try:
+                check_graph_targets(program)
+            except UnsafeProgramError as e:
+                raise UnsafeProgramError(f"{path}: {e}. {TRUST_HINT}") from None
     return programs["model"]
 
 

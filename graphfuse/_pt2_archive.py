@@ -113,6 +113,17 @@ def _check_path(path: str, max_bytes: int) -> None:
 def _open_zip(path: str) -> zipfile.ZipFile:
     with open(path, "rb") as f:
         head = f.read(4)
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 22))
+        tail = f.read(22)
+    if head in _ZIP_MAGIC and not (len(tail) == 22 and tail[:4] == b"PK\x05\x06"):
+        # The end record must close the file: a cut file can still hold the end record of a
+        # nested zip (torch.save payloads are zips), which zipfile would happily open.
+        raise ProgramLoadError(
+            f"{path}: truncated or corrupted zip archive (no end-of-central-directory record "
+            "at the end of the file); re-save or re-copy the file"
+        )
     try:
         return zipfile.ZipFile(path)
     except zipfile.BadZipFile as e:
@@ -130,6 +141,11 @@ def _open_zip(path: str) -> zipfile.ZipFile:
 def _check_members(path: str, z: zipfile.ZipFile, max_bytes: int) -> None:
     infos = z.infolist()
     names = [i.filename for i in infos]
+    if infos and min(i.header_offset for i in infos) != 0:
+        raise ProgramLoadError(
+            f"{path}: truncated or corrupted zip archive (the central directory does not "
+            "describe the start of the file)"
+        )
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise ProgramLoadError(f"{path}: corrupted zip archive (member {dup} appears twice)")

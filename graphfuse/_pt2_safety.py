@@ -218,7 +218,14 @@ class _RestrictedPickleModule:
     def loads(data: bytes, **_: Any) -> Any:
         from torch import _weights_only_unpickler as wou
 
-        return wou.Unpickler(io.BytesIO(data), encoding="utf-8").load()
+        try:
+            return wou.Unpickler(io.BytesIO(data), encoding="utf-8").load()
+        except Exception:
+            bad = _disallowed_globals(data)
+            what = f"global {bad[0]}" if bad else "a weights-only load failed"
+            raise UnsafeProgramError(
+                f"a pickled object needs unrestricted unpickling ({what}); refusing to load it"
+            ) from None
 
 
 @contextlib.contextmanager
@@ -241,7 +248,15 @@ def restricted_loading() -> Iterator[None]:
         f: Any, map_location: Any = None, pickle_module: Any = None, **kwargs: Any
     ) -> Any:
         kwargs.pop("weights_only", None)
-        return real_load(f, map_location, weights_only=True, **kwargs)
+        try:
+            return real_load(f, map_location, weights_only=True, **kwargs)
+        except pickle.UnpicklingError:
+            payload = f.getvalue() if isinstance(f, io.BytesIO) else b""
+            bad = _disallowed_globals(_data_pkl(payload) or payload)
+            what = f"global {bad[0]}" if bad else "a weights-only load failed"
+            raise UnsafeProgramError(
+                f"a pickled part needs unrestricted unpickling ({what}); refusing to load it"
+            ) from None
 
     def checked_parse(self: Any, expr_str: Any, hint: Any = None) -> Any:
         if isinstance(expr_str, str):
@@ -262,3 +277,40 @@ def restricted_loading() -> Iterator[None]:
             torch.load = real_load  # type: ignore[assignment]
             _package.pickle = pickle  # type: ignore[assignment]
             serde.GraphModuleDeserializer._parse_sym_expr = real_parse  # type: ignore[method-assign]
+
+
+def _is_operator_target(target: Any) -> bool:
+    from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+
+    if isinstance(target, (OpOverload, OpOverloadPacket, HigherOrderOperator)):
+        return True
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", "") or ""
+    if module in ("_operator", "operator", "math"):
+        return True
+    return module.startswith("torch") and name.startswith(("sym_", "_sym_"))
+
+
+def check_graph_targets(program: torch.export.ExportedProgram) -> None:
+    """Refuse a program whose graph calls Python functions that are not operators.
+
+    torch's deserialiser resolves a node target such as ``"torch.load"`` by attribute lookup
+    under ``torch``, so a crafted graph could call any torch function when it runs. Only
+    operator overloads, higher-order operators, ``operator``/``math`` functions and torch's
+    ``sym_*`` helpers are accepted.
+
+    Raises:
+        UnsafeProgramError: names the node and its target.
+    """
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        if not isinstance(graph, torch.fx.Graph):
+            continue
+        for node in graph.nodes:
+            if node.op == "call_function" and not _is_operator_target(node.target):
+                target = getattr(node.target, "__qualname__", None) or repr(node.target)
+                owner = getattr(node.target, "__module__", "") or ""
+                raise UnsafeProgramError(
+                    f"graph node {node.name} calls {owner + '.' if owner else ''}{target}, "
+                    "which is not an operator; refusing to load it"
+                )

@@ -1,0 +1,114 @@
+"""``graphfuse apply IN.pt2 -o OUT.pt2 [-p ...] [--json REPORT] [--verify]``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+
+from . import _render
+from ._common import CliError, add_program_options, add_rules_option, console, load, rule_set
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("apply", help="fuse what the rule sets match; write OUT")
+    p.add_argument("file", metavar="IN.pt2", help="the exported program (never modified)")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="OUT.pt2", help="where to write the result"
+    )
+    add_rules_option(p)
+    p.add_argument("--json", dest="report", metavar="REPORT.json", help="write the report")
+    p.add_argument(
+        "--verify", action="store_true", help="run both programs on random inputs and compare"
+    )
+    add_program_options(p)
+    p.set_defaults(run=run)
+
+
+def _same(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    with contextlib.suppress(OSError):
+        return os.path.samefile(a, b)
+    return False
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    if _same(args.output, args.file):
+        raise CliError(f"{args.output}: is the input file; graphfuse never overwrites its input")
+    for path in (args.output, args.report):
+        if path and os.path.isdir(path):
+            raise CliError(f"{path}: is a directory; give a file name")
+    if args.report and (_same(args.report, args.file) or _same(args.report, args.output)):
+        raise CliError(f"{args.report}: the report must not overwrite IN or OUT")
+
+
+@contextlib.contextmanager
+def _progress(total_label: str) -> Iterator[object]:
+    """A progress callback drawn on stderr when it is a terminal, else None."""
+    err = console(stderr=True)
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(total_label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _write_text(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.")
+    except OSError as e:
+        raise CliError(f"{path}: cannot write ({e.strerror or e})") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``graphfuse apply``; returns the exit code."""
+    import graphfuse
+
+    from .._pt2 import save_program
+    from ._verify import TOLERANCE, verify
+
+    _check_paths(args)
+    rules = rule_set(args)
+    ep = load(args.file, args)
+    with _progress(f"matching {rules.name}") as callback:
+        result = graphfuse.apply(ep, rules, progress=callback)
+    out = console()
+    report = result.report
+    _render.render_counts(out, report.rule_set, report.counts, report.dry_run)
+    if args.verify:
+        rows, ok = verify(ep, result.program)
+        _render.render_verify(out, rows, ok, TOLERANCE)
+        if not ok:
+            worst = max(rows, key=lambda r: r["rel_l2"])
+            raise CliError(
+                f"--verify: output {worst['output']} disagrees (relative L2 error "
+                f"{worst['rel_l2']:.3g} > {TOLERANCE:g}); {args.output} not written"
+            )
+    save_program(result.program, args.output)
+    if args.report:
+        _write_text(args.report, json.dumps(report.to_dict(), indent=2) + "\n")
+    out.print(f"wrote {args.output}" + (f" and {args.report}" if args.report else ""))
+    return 0

@@ -1,0 +1,72 @@
+"""Pieces every subcommand shares: program-loading options, rule sets, consoles."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TextIO
+
+import torch
+from rich.console import Console
+
+from .._errors import GraphfuseError
+
+
+class CliError(GraphfuseError):
+    """A command-line problem found by the CLI itself (exit 1, one line)."""
+
+
+def add_program_options(parser: argparse.ArgumentParser) -> None:
+    """``--import MODULE`` (repeatable) and ``--trust``, for commands that load a program."""
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (registers custom ops / pytree types); repeatable",
+    )
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="load pickled parts that need unrestricted unpickling (runs code from the file)",
+    )
+
+
+def add_rules_option(parser: argparse.ArgumentParser) -> None:
+    """``-p NAME_OR_FILE`` (repeatable; default ``trtllm``)."""
+    parser.add_argument(
+        "-p",
+        "--patterns",
+        dest="patterns",
+        action="append",
+        default=[],
+        metavar="NAME_OR_FILE",
+        help="rule set: a bundled name or a .py rule file (repeatable; default trtllm)",
+    )
+
+
+def load(path: str, args: argparse.Namespace) -> torch.export.ExportedProgram:
+    """Load ``path`` with the command's ``--import`` / ``--trust`` options."""
+    from .._pt2 import load_program
+
+    return load_program(path, trust=args.trust, imports=args.imports)
+
+
+def rule_set(args: argparse.Namespace):
+    """The rule set named by the ``-p`` options (their sum), ``trtllm`` by default."""
+    from .._patterns import load_patterns
+
+    names = args.patterns or ["trtllm"]
+    rules = load_patterns(names[0])
+    for name in names[1:]:
+        rules = rules + load_patterns(name)
+    return rules
+
+
+def console(file: TextIO | None = None, *, stderr: bool = False) -> Console:
+    """A console for the command's output (width from COLUMNS, color only on a terminal)."""
+    width = None
+    if os.environ.get("COLUMNS", "").isdigit():
+        width = int(os.environ["COLUMNS"])
+    return Console(file=file, stderr=stderr, width=width, highlight=False, soft_wrap=False)

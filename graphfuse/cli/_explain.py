@@ -1,0 +1,50 @@
+"""``graphfuse explain FILE.pt2 [-p ...] [--json]``: why rules did not fire."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from . import _render
+from ._common import add_program_options, add_rules_option, console, load, rule_set
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("explain", help="near misses: where rules got partway, and why")
+    p.add_argument("file", metavar="FILE.pt2", help="an exported program (.pt2)")
+    add_rules_option(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_program_options(p)
+    p.set_defaults(run=run)
+
+
+def group_near_misses(near_misses: list[Any]) -> dict[str, list[dict[str, str]]]:
+    """Near misses grouped by rule (in first-seen order), each with its source line."""
+    groups: dict[str, list[dict[str, str]]] = {}
+    for miss in near_misses:
+        source = miss.source_line() if hasattr(miss, "source_line") else ""
+        groups.setdefault(miss.rule, []).append(
+            {
+                "node": miss.node,
+                "target": getattr(miss, "target", ""),
+                "reason": miss.reason,
+                "source": source,
+            }
+        )
+    return groups
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``graphfuse explain``; returns the exit code."""
+    import graphfuse
+
+    rules = rule_set(args)
+    ep = load(args.file, args)
+    report = graphfuse.explain(ep, rules)
+    groups = group_near_misses(report.near_misses)
+    if args.json:
+        print(json.dumps({"rule_set": report.rule_set, "near_misses": groups}, indent=2))
+    else:
+        _render.render_explain(console(), report.rule_set, groups)
+    return 0

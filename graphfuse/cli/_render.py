@@ -1,0 +1,204 @@
+"""Pure renderers: plain data in, text on a rich Console out (no loading, no side effects).
+
+Every function takes the console first; tests render to ``Console(file=StringIO(),
+width=80, color_system=None)`` and compare with golden text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+FUSED = "bold magenta"
+
+
+def _shape(info: dict[str, Any]) -> str:
+    if "shape" in info:
+        return "[" + ", ".join(str(d) for d in info["shape"]) + "]"
+    if "items" in info:
+        return "(" + ", ".join(_shape(i) for i in info["items"]) + ")"
+    return info.get("value", "")
+
+
+def _dtype(info: dict[str, Any]) -> str:
+    if "dtype" in info:
+        return info["dtype"]
+    if "items" in info:
+        return ", ".join(_dtype(i) for i in info["items"])
+    return info.get("type", "")
+
+
+def _op(name: str) -> Text:
+    from ._graphinfo import is_fused
+
+    return Text(f"{name} (fused)", style=FUSED) if is_fused(name) else Text(name)
+
+
+def _table(
+    title: str, *columns: str, right: Sequence[str] = (), no_wrap: Sequence[str] = ()
+) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in columns:
+        table.add_column(
+            col,
+            justify="right" if col in right else "left",
+            overflow="fold",
+            no_wrap=col in no_wrap or col in right,
+        )
+    return table
+
+
+def _size(n: int) -> str:
+    from .._pt2_archive import format_bytes
+
+    return format_bytes(n)
+
+
+def render_summary(console: Console, path: str, info: dict[str, Any], top: int = 25) -> None:
+    """``graphfuse inspect FILE``: inputs, outputs, weights and the op histogram."""
+    w = info["weights"]
+    console.print(Text(path, style="bold"), f"- {info['nodes']} nodes")
+    console.print(
+        f"weights: {w['parameters']} parameters, {w['buffers']} buffers, "
+        f"{w['constants']} constants ({_size(w['bytes'])})"
+    )
+    for title, rows in (("Inputs", info["inputs"]), ("Outputs", info["outputs"])):
+        table = _table(title, "name", "shape", "dtype")
+        for row in rows:
+            table.add_row(row["name"], _shape(row), _dtype(row))
+        console.print(table)
+    ops = list(info["ops"].items())
+    table = _table(f"Ops ({len(ops)} kinds)", "op", "count", right=("count",))
+    for name, count in ops[:top]:
+        table.add_row(_op(name), str(count))
+    if len(ops) > top:
+        rest = sum(c for _, c in ops[top:])
+        table.add_row(Text(f"... {len(ops) - top} more kind(s)", style="dim"), str(rest))
+    console.print(table)
+    fused = info["fused_ops"]
+    if fused:
+        total = sum(fused.values())
+        console.print(Text(f"graphfuse ops: {total} call(s) of {len(fused)} kind(s)", style=FUSED))
+    else:
+        console.print("graphfuse ops: none")
+
+
+def render_node(console: Console, info: dict[str, Any]) -> None:
+    """``graphfuse inspect FILE --node NAME``: a node, what it reads, who reads it."""
+    node = info["node"]
+    console.print(Text(node["name"], style="bold"), "=", _op(node["op"]))
+    console.print(f"shape {_shape(node)}  dtype {_dtype(node)}")
+    if info["source"]:
+        console.print(Padding(Text(info["source"], style="dim"), (0, 0, 0, 2)))
+    for title, rows in (("Reads", info["inputs"]), ("Read by", info["users"])):
+        table = _table(title, "node", "op", "shape", "dtype")
+        for row in rows:
+            table.add_row(row["name"], _op(row["op"]), _shape(row), _dtype(row))
+        if not rows:
+            table.add_row("-", "", "", "")
+        console.print(table)
+
+
+def render_diff(console: Console, path_a: str, path_b: str, info: dict[str, Any]) -> None:
+    """``graphfuse inspect A --diff B``: ops that disappeared and fused ops that appeared."""
+    n_a, n_b = info["nodes"]
+    console.print(Text(f"{path_a} -> {path_b}", style="bold"))
+    console.print(f"nodes: {n_a} -> {n_b} ({n_b - n_a:+d})")
+    for title, ops, sign in (
+        ("Disappeared", info["disappeared"], "-"),
+        ("Appeared", info["appeared"], "+"),
+    ):
+        table = _table(title, "op", "count", right=("count",))
+        for name, count in ops.items():
+            table.add_row(_op(name), f"{sign}{count}")
+        if not ops:
+            table.add_row("(none)", "")
+        console.print(table)
+    fused = info["fused_appeared"]
+    if fused:
+        console.print(Text(f"fused ops appeared: {sum(fused.values())}", style=FUSED))
+    else:
+        console.print("fused ops appeared: none")
+
+
+def render_counts(console: Console, rule_set: str, counts: dict[str, int], dry_run: bool) -> None:
+    """The rules x rewrites table of ``graphfuse apply``."""
+    title = f"Rule set {rule_set}" + (" (dry run)" if dry_run else "")
+    table = _table(title, "rule", "rewrites", right=("rewrites",))
+    for rule, n in counts.items():
+        table.add_row(Text(rule, style="bold green") if n else Text(rule), str(n))
+    console.print(table)
+    total = sum(counts.values())
+    console.print(f"{total} rewrite(s)" if total else "nothing matched (the program is unchanged)")
+
+
+def render_verify(console: Console, rows: list[dict[str, Any]], ok: bool, tol: float) -> None:
+    """``apply --verify``: per output, the error of the rewritten program vs the input one."""
+    table = _table("Verify (random inputs)", "output", "shape", "rel. L2 error", "max abs diff")
+    for row in rows:
+        table.add_row(row["output"], row["shape"], f"{row['rel_l2']:.3g}", f"{row['max_abs']:.3g}")
+    console.print(table)
+    verdict = (
+        f"agree (relative L2 error <= {tol:g})" if ok else f"DISAGREE (relative L2 error > {tol:g})"
+    )
+    console.print(Text(f"outputs {verdict}", style="green" if ok else "red"))
+
+
+def render_explain(
+    console: Console, rule_set: str, groups: dict[str, list[dict[str, str]]]
+) -> None:
+    """``graphfuse explain``: near misses grouped by rule, with the user's source line."""
+    total = sum(len(v) for v in groups.values())
+    console.print(Text(f"Rule set {rule_set}: {total} near miss(es)", style="bold"))
+    for rule, misses in groups.items():
+        console.print()
+        console.print(Text(f"{rule} ({len(misses)})", style="bold"))
+        for miss in misses:
+            head = f"{miss['node']} ({miss['target']})" if miss.get("target") else miss["node"]
+            console.print(Padding(Text(head, style="cyan"), (0, 0, 0, 2)))
+            console.print(Padding(Text(miss["reason"]), (0, 0, 0, 4)))
+            if miss.get("source"):
+                console.print(Padding(Text(miss["source"], style="dim"), (0, 0, 0, 4)))
+    if not total:
+        console.print("no near misses: every rule either fired or found no candidate")
+
+
+def render_patterns(console: Console, sets: list[dict[str, Any]]) -> None:
+    """``graphfuse patterns``: rule sets, their rules, one-line docs and where each is defined."""
+    for k, rs in enumerate(sets):
+        if k:
+            console.print()
+        console.print(Text(f"{rs['name']} ({len(rs['rules'])} rules)", style="bold"))
+        width = max((len(r["name"]) for r in rs["rules"]), default=0)
+        for rule in rs["rules"]:
+            line = Text("  ")
+            line.append(rule["name"].ljust(width), style="bold green")
+            line.append(f"  {rule['location']}", style="dim")
+            console.print(line)
+            if rule["doc"]:
+                console.print(Padding(Text(rule["doc"]), (0, 0, 0, 4)))
+
+
+def render_demo(console: Console, cases: list[Any]) -> None:
+    """``graphfuse demo``: per case, what fired, node counts, agreement and speed."""
+    for k, case in enumerate(cases):
+        if k:
+            console.print()
+        fired = ", ".join(f"{r}={n}" for r, n in case.counts.items()) or "nothing fired"
+        console.print(Text(case.name, style="bold"), f"- {fired}")
+        console.print(f"  nodes: {case.nodes_before} -> {case.nodes_after}")
+        rel = case.agreement.get("relative_l2_error", float("nan"))
+        console.print(f"  agreement with the unfused program: relative L2 error {rel:.3g}")
+        console.print(
+            f"  time: {case.time_unfused_ms:.2f} ms unfused, {case.time_fused_ms:.2f} ms fused "
+            f"({case.speedup:.2f}x)"
+        )
+        for label, region in (("before", case.region_before), ("after", case.region_after)):
+            if region:
+                console.print(Padding(Text(f"{label}: " + " -> ".join(region)), (0, 0, 0, 2)))

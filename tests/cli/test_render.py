@@ -1,0 +1,272 @@
+"""Golden text of every renderer at 80 columns, no color."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from graphfuse.cli import _render
+
+SUMMARY = {
+    "inputs": [
+        {"name": "x", "shape": [2, "s0", 128], "dtype": "bfloat16"},
+        {"name": "mask", "shape": [2, 1, "s0", "s0"], "dtype": "bool"},
+    ],
+    "outputs": [
+        {"name": "add_2", "shape": [2, "s0", 128], "dtype": "bfloat16"},
+        {
+            "name": "pair",
+            "items": [{"shape": [2], "dtype": "float32"}, {"shape": [], "dtype": "int64"}],
+        },
+    ],
+    "weights": {"parameters": 5, "buffers": 2, "constants": 0, "bytes": 98560},
+    "nodes": 44,
+    "ops": {"aten.linear.default": 4, "graphfuse.attention_fp8.default": 1, "aten.add.Tensor": 3},
+    "fused_ops": {"graphfuse.attention_fp8.default": 1},
+}
+NODE = {
+    "node": {
+        "name": "attention_fp8",
+        "op": "graphfuse.attention_fp8.default",
+        "shape": [1, 16, 2, 64],
+        "dtype": "float8_e4m3fn",
+    },
+    "source": 'File "model.py", line 63, in forward: o = F.scaled_dot_product_attention(',
+    "inputs": [
+        {"name": "q", "op": "aten.transpose.int", "shape": [1, 2, 16, 64], "dtype": "bfloat16"}
+    ],
+    "users": [],
+}
+DIFF = {
+    "nodes": [58, 44],
+    "disappeared": {"aten.reshape.default": 3, "aten.scaled_dot_product_attention.default": 1},
+    "appeared": {"graphfuse.attention_fp8.default": 1},
+    "fused_appeared": {"graphfuse.attention_fp8.default": 1},
+}
+GROUPS = {
+    "attention_fp8_out": [
+        {
+            "node": "sdpa",
+            "target": "aten.scaled_dot_product_attention",
+            "reason": "the scale s has shape [1, 4096]; a static per-tensor scale has one element",
+            "source": 'File "model.py", line 63, in forward: o = attn(q, k, v)',
+        }
+    ],
+    "fp8_static_quant": [
+        {
+            "node": "div_1",
+            "target": "aten.div.Tensor",
+            "reason": "div_1 has another user (add_3) outside the match",
+            "source": "",
+        }
+    ],
+}
+SETS = [
+    {
+        "name": "trtllm",
+        "rules": [
+            {
+                "name": "attention_fp8_out",
+                "doc": "Attention -> static FP8 output quant, fused into graphfuse::attention_fp8.",
+                "location": "patterns/trtllm/_rules.py:263",
+            },
+            {"name": "q", "doc": "", "location": "my_rules.py:7"},
+        ],
+    },
+    {"name": "mine", "rules": []},
+]
+CASES = [
+    SimpleNamespace(
+        name="fp8 out",
+        counts={"attention_fp8_out": 2},
+        nodes_before=110,
+        nodes_after=84,
+        agreement={"relative_l2_error": 0.00213},
+        time_unfused_ms=12.5,
+        time_fused_ms=5.0,
+        speedup=2.5,
+        region_before=["sdpa", "transpose", "div", "clamp", "to"],
+        region_after=["attention_fp8"],
+    )
+]
+RENDERS = {
+    "summary": lambda c: _render.render_summary(c, "model.pt2", SUMMARY, top=2),
+    "node": lambda c: _render.render_node(c, NODE),
+    "diff": lambda c: _render.render_diff(c, "a.pt2", "b.pt2", DIFF),
+    "counts": lambda c: _render.render_counts(
+        c, "trtllm", {"attention_fp8_out": 2, "fp8_static_quant": 0}, False
+    ),
+    "counts_nothing": lambda c: _render.render_counts(c, "trtllm", {"attention_fp8_out": 0}, True),
+    "verify": lambda c: _render.render_verify(
+        c, [{"output": "0", "shape": "[2, 8]", "rel_l2": 0.00123, "max_abs": 0.0156}], True, 0.05
+    ),
+    "verify_bad": lambda c: _render.render_verify(
+        c, [{"output": "0", "shape": "[2, 8]", "rel_l2": 0.31, "max_abs": 2.5}], False, 0.05
+    ),
+    "explain": lambda c: _render.render_explain(c, "trtllm", GROUPS),
+    "explain_none": lambda c: _render.render_explain(c, "trtllm", {}),
+    "patterns": lambda c: _render.render_patterns(c, SETS),
+    "demo": lambda c: _render.render_demo(c, CASES),
+}
+
+
+GOLDEN = {
+    "summary": """\
+model.pt2 - 44 nodes
+weights: 5 parameters, 2 buffers, 0 constants (96.2 KiB)
+Inputs
+
+ name   shape            dtype
+ ────────────────────────────────
+ x      [2, s0, 128]     bfloat16
+ mask   [2, 1, s0, s0]   bool
+
+Outputs
+
+ name    shape          dtype
+ ─────────────────────────────────────
+ add_2   [2, s0, 128]   bfloat16
+ pair    ([2], [])      float32, int64
+
+Ops (3 kinds)
+
+ op                                        count
+ ───────────────────────────────────────────────
+ aten.linear.default                           4
+ graphfuse.attention_fp8.default (fused)       1
+ ... 1 more kind(s)                            3
+
+graphfuse ops: 1 call(s) of 1 kind(s)
+""",
+    "node": """\
+attention_fp8 = graphfuse.attention_fp8.default (fused)
+shape [1, 16, 2, 64]  dtype float8_e4m3fn
+  File "model.py", line 63, in forward: o = F.scaled_dot_product_attention(
+Reads
+
+ node   op                   shape            dtype
+ ─────────────────────────────────────────────────────
+ q      aten.transpose.int   [1, 2, 16, 64]   bfloat16
+
+Read by
+
+ node   op   shape   dtype
+ ─────────────────────────
+ -
+
+""",
+    "diff": """\
+a.pt2 -> b.pt2
+nodes: 58 -> 44 (-14)
+Disappeared
+
+ op                                          count
+ ─────────────────────────────────────────────────
+ aten.reshape.default                           -3
+ aten.scaled_dot_product_attention.default      -1
+
+Appeared
+
+ op                                        count
+ ───────────────────────────────────────────────
+ graphfuse.attention_fp8.default (fused)      +1
+
+fused ops appeared: 1
+""",
+    "counts": """\
+Rule set trtllm
+
+ rule                rewrites
+ ────────────────────────────
+ attention_fp8_out          2
+ fp8_static_quant           0
+
+2 rewrite(s)
+""",
+    "counts_nothing": """\
+Rule set trtllm (dry run)
+
+ rule                rewrites
+ ────────────────────────────
+ attention_fp8_out          0
+
+nothing matched (the program is unchanged)
+""",
+    "verify": """\
+Verify (random inputs)
+
+ output   shape    rel. L2 error   max abs diff
+ ──────────────────────────────────────────────
+ 0        [2, 8]   0.00123         0.0156
+
+outputs agree (relative L2 error <= 0.05)
+""",
+    "verify_bad": """\
+Verify (random inputs)
+
+ output   shape    rel. L2 error   max abs diff
+ ──────────────────────────────────────────────
+ 0        [2, 8]   0.31            2.5
+
+outputs DISAGREE (relative L2 error > 0.05)
+""",
+    "explain": """\
+Rule set trtllm: 2 near miss(es)
+
+attention_fp8_out (1)
+  sdpa (aten.scaled_dot_product_attention)
+    the scale s has shape [1, 4096]; a static per-tensor scale has one element
+    File "model.py", line 63, in forward: o = attn(q, k, v)
+
+fp8_static_quant (1)
+  div_1 (aten.div.Tensor)
+    div_1 has another user (add_3) outside the match
+""",
+    "explain_none": """\
+Rule set trtllm: 0 near miss(es)
+no near misses: every rule either fired or found no candidate
+""",
+    "patterns": """\
+trtllm (2 rules)
+  attention_fp8_out  patterns/trtllm/_rules.py:263
+    Attention -> static FP8 output quant, fused into graphfuse::attention_fp8.
+  q                  my_rules.py:7
+
+mine (0 rules)
+""",
+    "demo": """\
+fp8 out - attention_fp8_out=2
+  nodes: 110 -> 84
+  agreement with the unfused program: relative L2 error 0.00213
+  time: 12.50 ms unfused, 5.00 ms fused (2.50x)
+  before: sdpa -> transpose -> div -> clamp -> to
+  after: attention_fp8
+""",
+}
+
+
+def _render_text(fn) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, color_system=None, force_terminal=False, highlight=False)
+    fn(console)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
+def test_golden(name: str) -> None:
+    assert _render_text(RENDERS[name]) == GOLDEN[name]
+
+
+def test_every_renderer_has_a_golden() -> None:
+    public = {n for n in dir(_render) if n.startswith("render_")}
+    covered = {"render_" + n.split("_")[0] for n in RENDERS} | {"render_counts", "render_node"}
+    assert public <= covered, public - covered
+
+
+def test_lines_fit_80_columns() -> None:
+    for name, fn in RENDERS.items():
+        for line in _render_text(fn).splitlines():
+            assert len(line) <= 80, (name, line)
