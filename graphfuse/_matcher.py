@@ -508,6 +508,8 @@ def match_rule(
     escape / check failure as a :class:`Failure`, else None (structure did not match; the
     tracer, if given, holds the deepest structural failure).
     """
+    if tracer is None and _quick_reject(rule.patterns[0], node):
+        return None
     st = _State(tracer, norm)
     first_failure: Failure | None = None
     roots_pats = rule.patterns
@@ -519,6 +521,27 @@ def match_rule(
         if first_failure is None:
             first_failure = failure
     return first_failure
+
+
+_ARG_PROBES: dict[int, tuple] = {}
+
+
+def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
+    """True when a positional argument of ``node`` certainly fails its sub-pattern (its
+    root op differs): rules that cannot match a candidate cost one lookup, not a match."""
+    probes = _ARG_PROBES.get(id(pat))
+    if probes is None:
+        root = pat.inner if isinstance(pat, P.Typed) else pat
+        probes = ()
+        if isinstance(root, P.Call) and not root.commutative:
+            probes = tuple((i, a) for i, a in enumerate(root.args) if _first_set(a) is not None)
+        _ARG_PROBES[id(pat)] = probes
+        _KEEP_ALIVE.append(pat)
+    args = node.args
+    return any(i < len(args) and not _may_match(a, args[i]) for i, a in probes)
+
+
+_KEEP_ALIVE: list[P.Pattern] = []  # ids in _ARG_PROBES stay unique while the pattern lives
 
 
 def _m_roots(pats: tuple, k: int, roots: tuple, st: _State) -> Iterator[tuple]:
