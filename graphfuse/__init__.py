@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import dsl as dsl
 from . import ops as ops  # registers every graphfuse:: op
+from . import triton as triton  # CUDA impls, registered lazily (imports neither triton nor CUDA)
 from ._api import Result as Result
 from ._api import apply as apply
 from ._api import explain as explain
@@ -73,4 +74,5 @@ __all__ = [
     "ops",
     "save_program",
     "traced_rule",
+    "triton",
 ]

@@ -25,8 +25,11 @@ def _check_scale(op: str, name: str, s: torch.Tensor | None) -> None:
     if s is None:
         return
     if s.numel() != 1 or s.dim() > 2:
-        _fail(op, f"{name} must hold exactly one element (shape [], [1] or [1, 1]), got shape "
-              f"{list(s.shape)}")
+        _fail(
+            op,
+            f"{name} must hold exactly one element (shape [], [1] or [1, 1]), got shape "
+            f"{list(s.shape)}",
+        )
     if not s.dtype.is_floating_point:
         _fail(op, f"{name} must be a floating tensor, got {s.dtype}")
 
@@ -58,8 +61,10 @@ def check_attention_args(
         if t.dim() != 4:
             _fail(op, f"{name} must be 4-D [B, H, S, D], got shape {list(t.shape)}")
         if t.dtype not in INPUT_DTYPES:
-            _fail(op, f"unsupported {name} dtype {t.dtype} (float32, bfloat16, float16, "
-                  "float8_e4m3fn)")
+            _fail(
+                op,
+                f"unsupported {name} dtype {t.dtype} (float32, bfloat16, float16, float8_e4m3fn)",
+            )
     for name, t, s in (("q", q, q_scale), ("k", k, k_scale), ("v", v, v_scale)):
         if t.dtype == torch.float8_e4m3fn and s is None:
             _fail(op, f"{name} is float8_e4m3fn but {name}_scale is None")
@@ -72,8 +77,11 @@ def check_attention_args(
         _fail(op, f"k and v must have the same shape, got {list(k.shape)} and {list(v.shape)}")
     bk, hkv, skv, dk = k.shape
     if bk != b or dk != d:
-        _fail(op, f"k/v shape {list(k.shape)} does not match q shape {list(q.shape)} "
-              "(batch and head_dim must agree)")
+        _fail(
+            op,
+            f"k/v shape {list(k.shape)} does not match q shape {list(q.shape)} "
+            "(batch and head_dim must agree)",
+        )
     if hkv == 0 or hq % hkv != 0:
         _fail(op, f"Hq={hq} must be a multiple of Hkv={hkv}")
     if causal not in CAUSAL_MODES:
@@ -93,8 +101,11 @@ def check_attention_args(
             m == 1 or m == t for m, t in zip(shape[::-1], target[::-1], strict=False)
         )
         if not ok:
-            _fail(op, f"attn_mask of shape {list(shape)} is not broadcastable to "
-                  f"[B, Hq, Sq, Skv] = {list(target)}")
+            _fail(
+                op,
+                f"attn_mask of shape {list(shape)} is not broadcastable to "
+                f"[B, Hq, Sq, Skv] = {list(target)}",
+            )
 
 
 def check_out_scale(op: str, name: str, s: torch.Tensor) -> None:

@@ -146,7 +146,17 @@ def attention_fp8_ref(
 
 
 def attention_nvfp4_ref(
-    q, k, v, q_scale, k_scale, v_scale, attn_mask, causal, scale, layout, precision,
+    q,
+    k,
+    v,
+    q_scale,
+    k_scale,
+    v_scale,
+    attn_mask,
+    causal,
+    scale,
+    layout,
+    precision,
     out_global_scale,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference of ``graphfuse::attention_nvfp4``: ``nvfp4_quant_ref`` of the output in

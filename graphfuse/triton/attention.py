@@ -1,0 +1,403 @@
+"""Triton fused attention (prefill; any Sq) with 16-bit / FP8 / NVFP4 output epilogues.
+
+One program computes ``BLOCK_M`` query rows of one (batch, q head) with an online softmax
+over ``BLOCK_N``-key tiles (FlashAttention-2 order, exp2 with the scales folded in).
+FP8 q and k multiply on the FP8 tensor cores (K tile loaded as ``[D, N]``: K-major, what FP8
+wgmma wants). P·V: ``precision="default"`` rounds P to fp16 (bf16 for bf16 v) and upcasts an
+FP8 V tile in registers (e4m3 -> fp16 is exact); ``"fast"`` with FP8 v rounds ``256 * P`` to
+e4m3 and multiplies on the FP8 tensor cores (the V tile's transpose to K-major happens in
+shared memory inside the kernel: no transposed copy of V in device memory). Causal masks split
+the key loop into unmasked tiles and the diagonal tiles, which alone pay for the mask.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import TL_DTYPE, store_attention_out, zero_scale_padding
+
+
+@triton.jit
+def _tile(
+    q,
+    acc,
+    m_i,
+    l_i,
+    k_ptrs,
+    v_ptrs,
+    mask_ptrs,
+    lo,
+    hi,
+    sks,
+    svs,
+    smn,
+    offs_m,
+    offs_n,
+    offs_d,
+    D,
+    SQ,
+    SKV,
+    qk_scale,
+    causal_off,
+    BOUNDS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    QK_DT: tl.constexpr,
+    PV_DT: tl.constexpr,
+    FAST: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WS: tl.constexpr,
+):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+        cols = start_n + offs_n
+        if BOUNDS or not EVEN_D:
+            kmask = (offs_d[:, None] < D) & (cols[None, :] < SKV)
+            k = tl.load(k_ptrs + start_n * sks, mask=kmask, other=0.0)
+        else:
+            k = tl.load(k_ptrs + start_n * sks)
+        if QK_DT == tl.float32:
+            qk = tl.dot(q, k.to(QK_DT), input_precision="ieee")
+        else:
+            qk = tl.dot(q, k.to(QK_DT))
+        sc = qk_scale  # applied inside the exp2's FMA, not as a separate pass
+        if MASK_KIND == 1:
+            mk = tl.load(
+                mask_ptrs + start_n * smn,
+                mask=(offs_m[:, None] < SQ) & (cols[None, :] < SKV),
+                other=0,
+            )
+            qk = tl.where(mk != 0, qk, float("-inf"))
+        elif MASK_KIND == 2:
+            ma = tl.load(
+                mask_ptrs + start_n * smn,
+                mask=(offs_m[:, None] < SQ) & (cols[None, :] < SKV),
+                other=0.0,
+            )
+            qk = qk * qk_scale + ma.to(tl.float32) * 1.4426950408889634
+            sc = 1.0
+        if BOUNDS:
+            keep = cols[None, :] < SKV
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
+            qk = tl.where(keep, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * sc)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if FAST:  # P * 256 (e4m3 keeps small probabilities normal), folded into the exponent
+            p = tl.math.exp2(qk * sc - (m_use - 8.0)[:, None])
+        else:
+            p = tl.math.exp2(qk * sc - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if BOUNDS or not EVEN_D:
+            vmask = (cols[:, None] < SKV) & (offs_d[None, :] < D)
+            v = tl.load(v_ptrs + start_n * svs, mask=vmask, other=0.0)
+        else:
+            v = tl.load(v_ptrs + start_n * svs)
+        if FAST:
+            acc = tl.dot(p.to(tl.float8e4nv), v, acc)
+        elif PV_DT == tl.float32:
+            acc = tl.dot(p, v.to(PV_DT), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(PV_DT), v.to(PV_DT), acc)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    QS,
+    KS,
+    VS,
+    MASK,
+    OSC,
+    OUT,
+    SF,
+    sqb,
+    sqh,
+    sqs,
+    sqd,
+    skb,
+    skh,
+    sks,
+    skd,
+    svb,
+    svh,
+    svs,
+    svd,
+    smb,
+    smh,
+    sms,
+    smn,
+    sob,
+    soh,
+    sos,
+    H,
+    G,
+    SQ,
+    SKV,
+    D,
+    sm_scale,
+    causal_off,
+    NV_K,
+    NV_KBPAD,
+    HAS_QS: tl.constexpr,
+    HAS_KS: tl.constexpr,
+    HAS_VS: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    FAST: tl.constexpr,
+    QK_DT: tl.constexpr,
+    PV_DT: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DP: tl.constexpr,
+    WS: tl.constexpr = False,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    hk = h // G
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, DP)
+    qmask = (offs_m[:, None] < SQ) & (offs_d[None, :] < D)
+    q = tl.load(
+        Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :] * sqd, mask=qmask, other=0.0
+    ).to(QK_DT)
+    qk_scale = sm_scale * 1.4426950408889634
+    if HAS_QS:
+        qk_scale = qk_scale * tl.load(QS).to(tl.float32)
+    if HAS_KS:
+        qk_scale = qk_scale * tl.load(KS).to(tl.float32)
+    k_ptrs = K + b * skb + hk * skh + offs_d[:, None] * skd + offs_n[None, :] * sks
+    v_ptrs = V + b * svb + hk * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
+    mask_ptrs = MASK + b * smb + h * smh + offs_m[:, None] * sms + offs_n[None, :] * smn
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, DP], tl.float32)
+    start_m = pid_m * BLOCK_M
+    if CAUSAL:
+        full_end = (start_m + causal_off + 1) // BLOCK_N * BLOCK_N
+        full_end = tl.maximum(tl.minimum(full_end, SKV // BLOCK_N * BLOCK_N), 0)
+        hi = tl.maximum(tl.minimum(start_m + BLOCK_M + causal_off, SKV), 0)
+    else:
+        full_end = SKV // BLOCK_N * BLOCK_N
+        hi = SKV
+    acc, m_i, l_i = _tile(
+        q,
+        acc,
+        m_i,
+        l_i,
+        k_ptrs,
+        v_ptrs,
+        mask_ptrs,
+        0,
+        full_end,
+        sks,
+        svs,
+        smn,
+        offs_m,
+        offs_n,
+        offs_d,
+        D,
+        SQ,
+        SKV,
+        qk_scale,
+        causal_off,
+        False,
+        CAUSAL,
+        MASK_KIND,
+        QK_DT,
+        PV_DT,
+        FAST,
+        EVEN_D,
+        BLOCK_N,
+        WS,
+    )
+    acc, m_i, l_i = _tile(
+        q,
+        acc,
+        m_i,
+        l_i,
+        k_ptrs,
+        v_ptrs,
+        mask_ptrs,
+        full_end,
+        hi,
+        sks,
+        svs,
+        smn,
+        offs_m,
+        offs_n,
+        offs_d,
+        D,
+        SQ,
+        SKV,
+        qk_scale,
+        causal_off,
+        True,
+        CAUSAL,
+        MASK_KIND,
+        QK_DT,
+        PV_DT,
+        FAST,
+        EVEN_D,
+        BLOCK_N,
+        WS,
+    )
+    o_scale = tl.full([], 1.0, tl.float32)
+    if HAS_VS:
+        o_scale = tl.load(VS).to(tl.float32)
+    inv_l = tl.where(l_i > 0.0, o_scale / l_i, 0.0)
+    o = acc * inv_l[:, None]
+    row_off = b * sob + h * soh + offs_m.to(tl.int64) * sos
+    store_attention_out(o, row_off, offs_m < SQ, OUT, OSC, SF, D, NV_K, NV_KBPAD, OUT_KIND, DP)
+
+
+def _dot_dtypes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, precision: str):
+    """(QK operand dtype, PV operand dtype, fast) for the input dtypes and precision."""
+    fp8 = torch.float8_e4m3fn
+
+    def wide(*ts: torch.Tensor) -> torch.dtype:
+        ds = {t.dtype for t in ts if t.dtype != fp8}
+        if torch.float32 in ds:
+            return torch.float32
+        if ds == {torch.bfloat16}:
+            return torch.bfloat16
+        return torch.float16
+
+    qk = fp8 if q.dtype == fp8 and k.dtype == fp8 else wide(q, k)
+    fast = precision == "fast" and v.dtype == fp8
+    pv = fp8 if fast else wide(v)
+    return qk, pv, fast
+
+
+def _mask_args(attn_mask: torch.Tensor | None, b: int, h: int, sq: int, skv: int, q: torch.Tensor):
+    if attn_mask is None:
+        return 0, q, (0, 0, 0, 0)
+    m = attn_mask.expand(b, h, sq, skv)
+    if m.dtype == torch.bool:
+        return 1, m.view(torch.uint8), m.stride()
+    return 2, m, m.stride()
+
+
+def out_strides(layout: str, b: int, h: int, s: int, d: int) -> tuple[int, int, int]:
+    """Element strides (b, h, s) of an output row in ``layout`` (contiguous along D)."""
+    if layout == "bhsd":
+        return h * s * d, s * d, d
+    return s * h * d, d, h * d  # bshd, bs(hd), (bs)(hd): the same memory order
+
+
+def default_config(qk_dt: torch.dtype, dp: int, sq: int) -> dict:
+    """Block shapes / warps / stages for a head dim ``dp`` (tuned on an H200)."""
+    if sq <= 16:
+        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
+    if qk_dt == torch.float8_e4m3fn:
+        return dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
+    if qk_dt == torch.float32:
+        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64 if dp > 64 else 128, num_warps=8, num_stages=3)
+
+
+def attention_into(
+    q,
+    k,
+    v,
+    q_scale,
+    k_scale,
+    v_scale,
+    attn_mask,
+    causal,
+    scale,
+    layout,
+    precision,
+    out: torch.Tensor,
+    out_kind: int,
+    out_scale: torch.Tensor | None = None,
+    sf: torch.Tensor | None = None,
+    config: dict | None = None,
+) -> None:
+    """Launches the fused attention writing into ``out`` (and ``sf`` for NVFP4).
+
+    Args:
+        q, k, v, ...: the op's arguments (already validated by the caller).
+        out: the output (layout shape; fp8 / wide dtype) or NVFP4 packed ``[M, K/2]``.
+        out_kind: 0 wide, 1 FP8, 2 NVFP4.
+        out_scale: FP8 dequant scale s_o or NVFP4 encode global scale g.
+        sf: NVFP4 swizzled block scales (float8_e4m3fn), padding zeroed here.
+        config: override of the block shapes (benchmark sweeps).
+    """
+    b, h, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    if b * h * sq == 0:
+        return
+    qk_dt, pv_dt, fast = _dot_dtypes(q, k, v, precision)
+    dp = max(16, triton.next_power_of_2(d))
+    mask_kind, mask, mstr = _mask_args(attn_mask, b, h, sq, skv, q)
+    cfg = default_config(qk_dt, dp, sq)
+    if out_kind == 2 and sq > 16 and not mask_kind:  # H200 sweep: wider key tiles
+        cfg["BLOCK_N"] = 128
+    if mask_kind:  # mask tiles are pipelined too: keep shared memory in bounds
+        cfg = dict(BLOCK_M=min(cfg["BLOCK_M"], 64), BLOCK_N=64, num_warps=4, num_stages=2)
+    cfg.update(config or {})
+    sob, soh, sos = out_strides(layout, b, h, sq, d)
+    nv_k, nv_kbpad = d, 4
+    if out_kind == 2:
+        nv_k = out.shape[1] * 2
+        nv_kbpad = sf.shape[1]
+        zero_scale_padding(sf, out.shape[0], nv_k // 16)
+    sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    causal_off = 0 if causal != "bottom_right" else skv - sq
+    grid = (triton.cdiv(sq, cfg["BLOCK_M"]), b * h)
+    _attn_fwd[grid](
+        q,
+        k,
+        v,
+        q_scale if q_scale is not None else q,
+        k_scale if k_scale is not None else q,
+        v_scale if v_scale is not None else q,
+        mask,
+        out_scale if out_scale is not None else q,
+        out,
+        sf.view(torch.uint8) if sf is not None else out,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *mstr,
+        sob,
+        soh,
+        sos,
+        h,
+        h // hkv,
+        sq,
+        skv,
+        d,
+        sm_scale,
+        causal_off,
+        nv_k,
+        nv_kbpad,
+        HAS_QS=q_scale is not None,
+        HAS_KS=k_scale is not None,
+        HAS_VS=v_scale is not None,
+        MASK_KIND=mask_kind,
+        CAUSAL=causal != "none",
+        OUT_KIND=out_kind,
+        FAST=fast,
+        QK_DT=TL_DTYPE[qk_dt],
+        PV_DT=TL_DTYPE[pv_dt],
+        EVEN_D=dp == d,
+        DP=dp,
+        **cfg,
+    )

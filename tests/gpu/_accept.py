@@ -1,0 +1,78 @@
+"""NUMERICS.md acceptance checks for GPU kernel outputs (fused attention FP8 / NVFP4 out).
+
+Each check returns its statistics (so benchmarks can record them) and raises AssertionError
+with the numbers when a threshold fails.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_FP8 = torch.float8_e4m3fn
+
+
+def _grid_index(b: torch.Tensor) -> torch.Tensor:
+    """Rank of each e4m3 byte's value on the ordered grid of finite e4m3 values (-0 == +0)."""
+    mag = (b & 0x7F).to(torch.int64)
+    return torch.where((b & 0x80) != 0, -mag, mag)
+
+
+def fp8_stats(out: torch.Tensor, ref: torch.Tensor, wide: torch.Tensor, s_o: float) -> dict:
+    """Statistics of an FP8 output against the reference bytes and the wide output."""
+    ob, rb = out.view(torch.uint8), ref.view(torch.uint8)
+    of, rf = out.float() * s_o, ref.float() * s_o
+    step = (_grid_index(ob) - _grid_index(rb)).abs()
+    near = (step <= 1) | ((of - rf).abs() <= 0.875 * s_o)
+    w = wide.float()
+    rmse = (of - w).pow(2).mean().sqrt().item()
+    rmse_ref = (rf - w).pow(2).mean().sqrt().item()
+    return {
+        "equal": (ob == rb).float().mean().item(),
+        "near": near.float().mean().item(),
+        "nan": torch.isnan(of).sum().item(),
+        "rmse_ratio": rmse / max(rmse_ref, 1e-30),
+        "max_err_frac": (of - w).abs().max().item() / max(w.abs().max().item(), 1e-30),
+    }
+
+
+def check_fp8(out, ref, wide, s_o: float, *, fast: bool = False, min_equal: float = 0.9) -> dict:
+    """NUMERICS.md FP8-out acceptance (GPU thresholds; ``fast``: the FP8-P rules)."""
+    st = fp8_stats(out, ref, wide, s_o)
+    assert st["nan"] == 0, st
+    if fast:
+        # (the 2.5%-of-amax rule is checked on the unquantized fast-mode output)
+        assert st["equal"] >= 0.6 and st["rmse_ratio"] <= 1.25, st
+    else:
+        assert st["near"] == 1.0 and st["equal"] >= min_equal and st["rmse_ratio"] <= 1.1, st
+    return st
+
+
+def nvfp4_stats(packed, sf, ref_packed, ref_sf, wide2d: torch.Tensor, g: torch.Tensor) -> dict:
+    """Statistics of an NVFP4 output (swizzled scales) against the reference."""
+    from graphfuse.ops.quant_ref import nvfp4_dequant_ref
+
+    sb, rsb = sf.view(torch.uint8), ref_sf.view(torch.uint8)
+    step = (_grid_index(sb) - _grid_index(rsb)).abs()
+    deq = nvfp4_dequant_ref(packed.cpu(), sf.cpu(), g.cpu(), torch.float32)
+    rdeq = nvfp4_dequant_ref(ref_packed.cpu(), ref_sf.cpu(), g.cpu(), torch.float32)
+    w = wide2d.float().cpu()
+    rmse = (deq - w).pow(2).mean().sqrt().item()
+    rmse_ref = (rdeq - w).pow(2).mean().sqrt().item()
+    return {
+        "scale_equal": (sb == rsb).float().mean().item(),
+        "scale_near": (step <= 1).float().mean().item(),
+        "packed_equal": (packed == ref_packed).float().mean().item(),
+        "nan": torch.isnan(deq).sum().item(),
+        "rmse_ratio": rmse / max(rmse_ref, 1e-30),
+    }
+
+
+def check_nvfp4(
+    packed, sf, ref_packed, ref_sf, wide2d, g, *, min_equal: float = 0.9, max_rmse: float = 1.1
+) -> dict:
+    """NUMERICS.md NVFP4-out acceptance (GPU thresholds)."""
+    st = nvfp4_stats(packed, sf, ref_packed, ref_sf, wide2d, g)
+    assert st["nan"] == 0, st
+    assert st["scale_near"] == 1.0 and st["scale_equal"] >= min_equal, st
+    assert st["rmse_ratio"] <= max_rmse, st
+    return st

@@ -1,0 +1,157 @@
+"""Triton paged decode attention against the reference: FP8 / bf16 KV cache, split-KV on and
+off, all output formats, poisoned outputs, CUDA-graph capture, opcheck."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import graphfuse  # noqa: F401
+import graphfuse.triton  # noqa: F401  (CUDA impls; until graphfuse/__init__ imports it)
+from graphfuse.ops.paged_ref import paged_decode_fp32
+from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
+from graphfuse.testing_numerics import assert_fp8_close, assert_nvfp4_close
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+FP8 = torch.float8_e4m3fn
+
+
+def make_paged(b, hq, hkv, d, block, max_blocks, kv_dtype, gen, q_dtype=torch.bfloat16):
+    """Random q, KV cache (extra unused blocks), shuffled block tables and lengths (0, full
+    and random)."""
+    nblocks = b * max_blocks + 3
+    q = torch.randn((b, hq, d), generator=gen).to(q_dtype).cuda()
+    cache = torch.randn((nblocks, 2, block, hkv, d), generator=gen)
+    ks = vs = None
+    if kv_dtype == FP8:
+        cache = (cache * 64).to(FP8)
+        ks = torch.tensor([1 / 64.0], device="cuda")
+        vs = torch.tensor([1 / 48.0], device="cuda")
+    else:
+        cache = cache.to(kv_dtype)
+    perm = torch.randperm(nblocks, generator=gen)[: b * max_blocks]
+    tables = perm.view(b, max_blocks).to(torch.int32)
+    lens = torch.randint(1, max_blocks * block + 1, (b,), generator=gen).to(torch.int32)
+    lens[0] = max_blocks * block
+    if b > 2:
+        lens[1] = 0
+    tables[lens == 0] = -1  # never dereferenced
+    return q, cache.cuda(), tables.cuda(), lens.cuda(), ks, vs
+
+
+def _cases(n: int, seed: int):
+    rng = random.Random(seed)
+    print(f"seed={seed}")
+    for _ in range(n):
+        hq, hkv = rng.choice([(32, 8), (8, 8), (40, 8), (4, 1)])
+        yield dict(
+            b=rng.choice([1, 3, 5]),
+            hq=hq,
+            hkv=hkv,
+            d=rng.choice([64, 128]),
+            block=rng.choice([16, 16, 32]),
+            max_blocks=rng.choice([1, 7, 40]),
+            kv=rng.choice([FP8, FP8, torch.bfloat16]),
+            splits=rng.choice([None, 1, 3]),
+            prefetch=rng.choice([False, True]),
+            seed=rng.randrange(1 << 30),
+        )
+
+
+def run_case(c: dict) -> None:
+    from graphfuse.triton.paged import paged_into
+
+    gen = torch.Generator().manual_seed(c["seed"])
+    q, cache, tables, lens, ks, vs = make_paged(
+        c["b"], c["hq"], c["hkv"], c["d"], c["block"], c["max_blocks"], c["kv"], gen
+    )
+    args = (q, cache, tables, lens, None, ks, vs, None)
+    wide = paged_decode_fp32(*args)
+    amax = max(wide.abs().max().item(), 1e-6)
+    ov = dict(splits=c["splits"], prefetch=c["prefetch"])
+    o16 = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    paged_into(*args, o16, 0, **ov)
+    err = ((o16.float() - wide).norm() / wide.norm().clamp_min(1e-30)).item()
+    assert not torch.isnan(o16).any() and err < 2e-2, (c, err)
+    s_o = torch.tensor([amax / 448.0], device="cuda")
+    o8 = torch.full(q.shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    paged_into(*args, o8, 1, s_o, **ov)
+    assert_fp8_close(o8, fp8_static_quant_ref(wide, s_o), wide, s_o, min_equal=0.9)
+    b, hq, d = q.shape
+    g = torch.tensor([448 * 6 / amax], device="cuda")
+    pk = torch.full((b, hq * d // 2), 0xA5, dtype=torch.uint8, device="cuda")
+    sf = torch.full(
+        ((b + 127) // 128 * 128, (hq * d // 16 + 3) // 4 * 4),
+        0xFF,
+        dtype=torch.uint8,
+        device="cuda",
+    ).view(FP8)
+    paged_into(*args, pk, 2, g, sf, **ov)
+    w2 = wide.reshape(b, hq * d)
+    rp, rs = nvfp4_quant_ref(w2, g, swizzle=True)
+    assert_nvfp4_close(pk, sf, rp, rs, w2, g, min_equal=0.9)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_paged_decode_matches_reference(seed: int) -> None:
+    for c in _cases(5, seed):
+        run_case(c)
+
+
+def test_paged_decode_ops_match_cpu_kernel() -> None:
+    """The CUDA op and the C++ CPU op agree on the same inputs (FP8 out, within one step)."""
+    gen = torch.Generator().manual_seed(3)
+    q, cache, tables, lens, ks, vs = make_paged(3, 8, 2, 64, 16, 5, FP8, gen)
+    s_o = torch.tensor([0.002], device="cuda")
+    ops = torch.ops.graphfuse
+    args = (q, cache, tables, lens, None, ks, vs, None)
+    gpu = ops.paged_decode_attention_fp8(*args, s_o)
+    cpu = ops.paged_decode_attention_fp8(
+        *[a.cpu() if isinstance(a, torch.Tensor) else a for a in args], s_o.cpu()
+    )
+    wide = paged_decode_fp32(*args)
+    assert_fp8_close(gpu, cpu, wide, s_o, min_equal=0.9)
+
+
+def test_paged_decode_cuda_graph() -> None:
+    gen = torch.Generator().manual_seed(9)
+    q, cache, tables, lens, ks, vs = make_paged(4, 32, 8, 128, 16, 64, FP8, gen)
+    s_o = torch.tensor([0.002], device="cuda")
+    ops = torch.ops.graphfuse
+    args = (q, cache, tables, lens, None, ks, vs, None)
+    ops.paged_decode_attention_fp8(*args, s_o)
+    ops.paged_decode_attention_nvfp4(*args, s_o * 1e5)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o8 = ops.paged_decode_attention_fp8(*args, s_o)
+        p4, _ = ops.paged_decode_attention_nvfp4(*args, s_o * 1e5)
+    q2, c2, t2, l2, *_ = make_paged(4, 32, 8, 128, 16, 64, FP8, gen)
+    q.copy_(q2), cache.copy_(c2), tables.copy_(t2), lens.copy_(l2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(
+        o8.view(torch.uint8), ops.paged_decode_attention_fp8(*args, s_o).view(torch.uint8)
+    )
+    assert torch.equal(p4, ops.paged_decode_attention_nvfp4(*args, s_o * 1e5)[0])
+
+
+def test_paged_decode_opcheck_cuda() -> None:
+    gen = torch.Generator().manual_seed(4)
+    q, cache, tables, lens, ks, vs = make_paged(2, 8, 2, 64, 16, 3, torch.bfloat16, gen)
+    s = torch.tensor([0.01], device="cuda")
+    args = (q, cache, tables, lens, None, ks, vs, None)
+    ops = torch.ops.graphfuse
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor")
+    torch.library.opcheck(
+        ops.paged_decode_attention.default, (*args, torch.bfloat16), test_utils=utils
+    )
+    torch.library.opcheck(ops.paged_decode_attention_fp8.default, (*args, s), test_utils=utils)
+    torch.library.opcheck(
+        ops.paged_decode_attention_nvfp4.default, (*args, s * 1e4), test_utils=utils
+    )
