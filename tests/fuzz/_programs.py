@@ -171,7 +171,8 @@ class RandomProgram(torch.nn.Module):
             if step.near_miss == "extra_user":
                 back = back + o.transpose(1, 2).reshape(B, S, H * D)
             pool.append(back)
-        return tuple(quants) + (pool[-1],)
+        # every value is an output: an extra user must stay live (DCE would drop it)
+        return tuple(quants) + tuple(pool[2:]) + (pool[-1],)
 
 
 def example_inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
