@@ -105,6 +105,13 @@ def make_inputs(case: Case, gen: torch.Generator) -> dict:
         mask = torch.randn(1, hq, case.sq, case.skv, generator=gen)
         mask[..., :: max(1, case.sq // 3), :] = float("-inf")
     return dict(
-        q=q, k=k, v=v, **scales, attn_mask=mask, causal=causal, scale=None,
-        layout=case.layout, precision="default",
+        q=q,
+        k=k,
+        v=v,
+        **scales,
+        attn_mask=mask,
+        causal=causal,
+        scale=None,
+        layout=case.layout,
+        precision="default",
     )

@@ -123,8 +123,12 @@ def test_noncontiguous_inputs_and_scaled_16bit():
 
 @pytest.mark.parametrize(
     "mask_shape,dtype",
-    [((9, 40), torch.bool), ((2, 1, 1, 40), torch.float16), ((1, 4, 9, 1), torch.float64),
-     ((40,), torch.bfloat16)],
+    [
+        ((9, 40), torch.bool),
+        ((2, 1, 1, 40), torch.float16),
+        ((1, 4, 9, 1), torch.float64),
+        ((40,), torch.bfloat16),
+    ],
 )
 def test_mask_broadcast_and_dtypes(mask_shape, dtype):
     q, k, v = _small()
@@ -148,16 +152,28 @@ def test_fully_masked_rows_are_zero():
     q, k, v = _small()
     mask = torch.ones(9, 40, dtype=torch.bool)
     mask[3] = False
-    out = OPS.attention(q, k, v, None, None, None, mask, "none", None, "bhsd", "default",
-                        torch.float32)
+    out = OPS.attention(
+        q, k, v, None, None, None, mask, "none", None, "bhsd", "default", torch.float32
+    )
     assert torch.isfinite(out).all()
     assert (out[:, :, 3] == 0).all() and (out[:, :, 2] != 0).any()
 
 
 def _base():
     q, k, v = _small()
-    return dict(q=q, k=k, v=v, q_scale=None, k_scale=None, v_scale=None, attn_mask=None,
-                causal="none", scale=None, layout="bhsd", precision="default")
+    return dict(
+        q=q,
+        k=k,
+        v=v,
+        q_scale=None,
+        k_scale=None,
+        v_scale=None,
+        attn_mask=None,
+        causal="none",
+        scale=None,
+        layout="bhsd",
+        precision="default",
+    )
 
 
 @pytest.mark.parametrize(
@@ -166,7 +182,10 @@ def _base():
         (dict(causal="upper"), "unknown causal 'upper'"),
         (dict(layout="sbhd"), "unknown layout 'sbhd'"),
         (dict(precision="fp8"), "unknown precision 'fp8'"),
-        (dict(k=torch.randn(2, 3, 40, 64), v=torch.randn(2, 3, 40, 64)), "Hq=4 must be a multiple of Hkv=3"),
+        (
+            dict(k=torch.randn(2, 3, 40, 64), v=torch.randn(2, 3, 40, 64)),
+            "Hq=4 must be a multiple of Hkv=3",
+        ),
         (dict(attn_mask=torch.ones(9, 41, dtype=torch.bool)), "not broadcastable"),
         (dict(k=torch.randn(2, 2, 40, 64).to(torch.float8_e4m3fn)), "k_scale is None"),
         (dict(q=torch.randn(2, 4, 9, 64).to(torch.float64)), "unsupported q dtype"),
@@ -188,3 +207,19 @@ def test_nvfp4_head_dim_error_and_wide_dtype_error():
         OPS.attention_nvfp4(*args, torch.tensor(1.0))
     with pytest.raises(RuntimeError, match="graphfuse::attention: unsupported out_dtype"):
         OPS.attention(*args, torch.float64)
+
+
+@pytest.mark.parametrize("sq,ratio", [(1, 4), (1, 8), (9, 1)])  # direct and tiled K/V paths
+def test_every_e4m3_code_as_input(sq, ratio):
+    codes = torch.arange(256, dtype=torch.int32)
+    codes = codes[(codes & 0x7F) != 0x7F].to(torch.uint8)  # the 254 non-NaN codes
+    gen = torch.Generator().manual_seed(9)
+    k8 = codes[torch.randperm(254, generator=gen)][:128].reshape(1, 1, 2, 64)
+    k8 = torch.cat([k8, codes[:128].reshape(1, 1, 2, 64)], dim=2).view(torch.float8_e4m3fn)
+    v8 = codes[-128:].reshape(1, 1, 2, 64).repeat(1, 1, 2, 1).view(torch.float8_e4m3fn)
+    q = torch.randn(1, ratio, sq, 64, generator=gen) * 1e-3
+    one = torch.tensor(1.0 / 64)
+    args = (q, k8, v8, None, one, one, None, "none", None, "bhsd", "default")
+    torch.testing.assert_close(
+        OPS.attention(*args, torch.float32), attention_fp32(*args), rtol=2e-5, atol=1e-5
+    )

@@ -34,8 +34,16 @@ def _sdpa(q, k, v, **kw):
 
 
 def _ref(q, k, v, **kw):
-    base = dict(q_scale=None, k_scale=None, v_scale=None, attn_mask=None, causal="none",
-                scale=None, layout="bhsd", precision="default")
+    base = dict(
+        q_scale=None,
+        k_scale=None,
+        v_scale=None,
+        attn_mask=None,
+        causal="none",
+        scale=None,
+        layout="bhsd",
+        precision="default",
+    )
     return attention_fp32(q, k, v, **{**base, **kw})
 
 

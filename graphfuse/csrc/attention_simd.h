@@ -1,0 +1,357 @@
+// attention_simd.h: the vectorised building blocks of the CPU fused attention kernel
+// (attention_kernel.cpp): input conversion to fp32 tiles (FP8 through F16C), an 8x8 transpose
+// for K, the Q·Kᵀ and P·V register-blocked micro-kernels (MR rows x 16 columns), and a
+// vector exp2 (the decode-sized variants that read K/V rows directly: attention_direct.h). The output encoders
+// come from quant_simd.h (the quantization ops' inner loops).
+//
+// AVX2 + FMA + F16C intrinsics when the compiler targets them (setup.py passes -mavx2 -mfma
+// -mf16c on x86); plain loops otherwise (same results up to fp32 accumulation order).
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "formats.h"
+#include "quant_simd.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define GRAPHFUSE_ATTN_AVX2 1
+#endif
+
+namespace graphfuse {
+namespace attn {
+
+// Element types the kernel reads (q/k/v and additive masks).
+enum class InKind { F32, BF16, F16, E4M3 };
+
+inline int64_t elem_size(InKind kind) {
+  return kind == InKind::F32 ? 4 : (kind == InKind::E4M3 ? 1 : 2);
+}
+
+inline float load_one(const void* src, InKind kind, int64_t i) {
+  switch (kind) {
+    case InKind::F32:
+      return static_cast<const float*>(src)[i];
+    case InKind::BF16:
+      return static_cast<float>(static_cast<const c10::BFloat16*>(src)[i]);
+    case InKind::F16:
+      return static_cast<float>(static_cast<const c10::Half*>(src)[i]);
+    case InKind::E4M3:
+      return formats::e4m3_to_float(static_cast<const uint8_t*>(src)[i]);
+  }
+  return 0.0f;
+}
+
+// The vector FP8 path decodes e4m3 to value * 2^-8 (kE4M3Shift); the kernel folds 2^8 into
+// the q/k and v scales (an exact power-of-two rescale), so results equal a plain decode.
+constexpr float kE4M3Shift = 256.0f;
+
+#ifdef GRAPHFUSE_ATTN_AVX2
+// 8 e4m3 bytes -> fp32 * 2^-8 through F16C: the e4m3 bits placed in an fp16 (sign, then
+// exponent and mantissa shifted by 7) are exactly the value * 2^-8, subnormals included;
+// codes 0x7F / 0xFF are OR-ed to NaN. e4m3_simd_matches_table() checks this against
+// formats::kE4M3ToFloat for all 256 codes before the kernel first runs.
+inline __m256 e4m3x8_from_u16(__m128i x) {
+  const __m128i mag = _mm_and_si128(x, _mm_set1_epi16(0x7F));
+  const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8),
+                                 _mm_slli_epi16(mag, 7));
+  const __m128i nan = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F));
+  return _mm256_or_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
+}
+
+inline __m256 e4m3x8(const uint8_t* p) {
+  return e4m3x8_from_u16(
+      _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// 16 e4m3 bytes -> two vectors (same convention as e4m3x8).
+inline void e4m3x16(const uint8_t* p, float* dst) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  _mm256_storeu_ps(dst, e4m3x8_from_u16(_mm_cvtepu8_epi16(b)));
+  _mm256_storeu_ps(dst + 8, e4m3x8_from_u16(_mm_cvtepu8_epi16(_mm_srli_si128(b, 8))));
+}
+
+// 8 consecutive elements of kind K as fp32 (E4M3: value * 2^-8).
+template <InKind K>
+inline __m256 load8(const void* src, int64_t i) {
+  if constexpr (K == InKind::F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(src) + i);
+  } else if constexpr (K == InKind::BF16) {
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(src) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (K == InKind::F16) {
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(src) + i));
+    return _mm256_cvtph_ps(h);
+  } else {
+    return e4m3x8(static_cast<const uint8_t*>(src) + i);
+  }
+}
+#endif
+
+// True when the vector e4m3 decode equals formats::kE4M3ToFloat bit for bit on all 256 codes
+// (NaN codes: both NaN).
+inline bool e4m3_simd_matches_table() {
+#ifdef GRAPHFUSE_ATTN_AVX2
+  uint8_t codes[256];
+  float out[256];
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  for (int c = 0; c < 256; c += 16) e4m3x16(codes + c, out + c);
+  for (int c = 0; c < 256; c += 8) {  // the 8-wide path agrees with the 16-wide one
+    const __m256 v = e4m3x8(codes + c);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_loadu_ps(out + c), _CMP_NEQ_UQ)) !=
+        _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
+      return false;
+  }
+  for (int c = 0; c < 256; ++c) {
+    const float t = formats::kE4M3ToFloat[c] / kE4M3Shift;
+    if (t != t ? out[c] == out[c] : formats::float_bits(t) != formats::float_bits(out[c]))
+      return false;
+  }
+#endif
+  return true;
+}
+
+// float(x) for 16/32-bit kinds; x * 2^-8 for E4M3 (the scalar tail keeps the convention).
+template <InKind K>
+inline void load_row_t(const void* src, int64_t n, float* dst) {
+  int64_t i = 0;
+#ifdef GRAPHFUSE_ATTN_AVX2
+  if constexpr (K == InKind::E4M3) {
+    for (; i + 16 <= n; i += 16) e4m3x16(static_cast<const uint8_t*>(src) + i, dst + i);
+  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<K>(src, i));
+#endif
+  for (; i < n; ++i) dst[i] = load_one(src, K, i) * (K == InKind::E4M3 ? 1.0f / kE4M3Shift : 1.0f);
+}
+
+// Calls fn(std::integral_constant<InKind, kind>()).
+template <typename Fn>
+inline void with_kind(InKind kind, Fn&& fn) {
+  switch (kind) {
+    case InKind::F32: fn(std::integral_constant<InKind, InKind::F32>()); break;
+    case InKind::BF16: fn(std::integral_constant<InKind, InKind::BF16>()); break;
+    case InKind::F16: fn(std::integral_constant<InKind, InKind::F16>()); break;
+    case InKind::E4M3: fn(std::integral_constant<InKind, InKind::E4M3>()); break;
+  }
+}
+
+// dst[0:n] = float(src[0:n]).
+inline void load_row(const void* src, InKind kind, int64_t n, float* dst) {
+  with_kind(kind, [&](auto k) { load_row_t<decltype(k)::value>(src, n, dst); });
+}
+
+#ifdef GRAPHFUSE_ATTN_AVX2
+// In-register 8x8 transpose; row c of the result is stored at dst + c * ldd.
+inline void transpose8_store(const __m256 (&r)[8], float* dst, int64_t ldd) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
+// Kt[d * ldk + j] = float(K row j)[d] for j < n (rows n..round_up(n, 8) are zero), d < d8.
+// K rows start at src + j * row_bytes; d8 = round_up(D, 8); scratch holds 8 * d8 floats.
+template <InKind K>
+inline void load_k_transposed_t(const char* src, int64_t row_bytes, int64_t n, int64_t D,
+                                float* kt, int64_t ldk, float* scratch) {
+  const int64_t d8 = (D + 7) / 8 * 8;
+#ifdef GRAPHFUSE_ATTN_AVX2
+  if (D == d8) {
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+      const int64_t rows = n - j0 < 8 ? n - j0 : 8;
+      for (int64_t d0 = 0; d0 < D; d0 += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i)
+          r[i] = i < rows ? load8<K>(src + (j0 + i) * row_bytes, d0) : _mm256_setzero_ps();
+        transpose8_store(r, kt + d0 * ldk + j0, ldk);
+      }
+    }
+    return;
+  }
+#endif
+  for (int64_t j0 = 0; j0 < n; j0 += 8) {
+    for (int64_t i = 0; i < 8; ++i) {
+      float* row = scratch + i * d8;
+      std::fill(row, row + d8, 0.0f);
+      if (j0 + i < n) load_row_t<K>(src + (j0 + i) * row_bytes, D, row);
+    }
+    for (int64_t i = 0; i < 8; ++i)
+      for (int64_t d = 0; d < d8; ++d) kt[d * ldk + j0 + i] = scratch[i * d8 + d];
+  }
+}
+
+inline void load_k_transposed(const char* src, int64_t row_bytes, InKind kind, int64_t n,
+                              int64_t D, float* kt, int64_t ldk, float* scratch) {
+  with_kind(kind, [&](auto k) {
+    load_k_transposed_t<decltype(k)::value>(src, row_bytes, n, D, kt, ldk, scratch);
+  });
+}
+
+// S[MR][16] = Q[MR][0:d] · Kt[0:d][16] (Q row-major ldq, Kt row-major ldk, S row-major lds).
+template <int MR>
+inline void qk_micro(const float* __restrict q, int64_t ldq, const float* __restrict kt,
+                     int64_t ldk, int64_t d, float* __restrict s, int64_t lds) {
+#ifdef GRAPHFUSE_ATTN_AVX2
+  __m256 acc[MR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < d; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(kt + k * ldk);
+    const __m256 b1 = _mm256_loadu_ps(kt + k * ldk + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(q + r * ldq + k);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_ps(s + r * lds, acc[r][0]);
+    _mm256_storeu_ps(s + r * lds + 8, acc[r][1]);
+  }
+#else
+  for (int r = 0; r < MR; ++r)
+    for (int c = 0; c < 16; ++c) {
+      float a = 0.0f;
+      for (int64_t k = 0; k < d; ++k) a += q[r * ldq + k] * kt[k * ldk + c];
+      s[r * lds + c] = a;
+    }
+#endif
+}
+
+// O[MR][16] = O[MR][16] * alpha[r] + P[MR][0:n] · V[0:n][16].
+template <int MR>
+inline void pv_micro(const float* __restrict p, int64_t ldp, const float* __restrict v,
+                     int64_t ldv, int64_t n, const float* __restrict alpha, float* __restrict o,
+                     int64_t ldo) {
+#ifdef GRAPHFUSE_ATTN_AVX2
+  __m256 acc[MR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    const __m256 a = _mm256_broadcast_ss(alpha + r);
+    acc[r][0] = _mm256_mul_ps(a, _mm256_loadu_ps(o + r * ldo));
+    acc[r][1] = _mm256_mul_ps(a, _mm256_loadu_ps(o + r * ldo + 8));
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 b0 = _mm256_loadu_ps(v + j * ldv);
+    const __m256 b1 = _mm256_loadu_ps(v + j * ldv + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(p + r * ldp + j);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_ps(o + r * ldo, acc[r][0]);
+    _mm256_storeu_ps(o + r * ldo + 8, acc[r][1]);
+  }
+#else
+  for (int r = 0; r < MR; ++r)
+    for (int c = 0; c < 16; ++c) {
+      float a = o[r * ldo + c] * alpha[r];
+      for (int64_t j = 0; j < n; ++j) a += p[r * ldp + j] * v[j * ldv + c];
+      o[r * ldo + c] = a;
+    }
+#endif
+}
+
+#ifdef GRAPHFUSE_ATTN_AVX2
+// 2^x for a vector: rel. error ~2 ulp; 0 for x < -126 (and -inf); NaN stays NaN.
+inline __m256 exp2_ps(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-126.0f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(127.0f));
+  const __m256 fx = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(xc, fx);
+  __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  r = _mm256_andnot_ps(under, r);
+  return _mm256_blendv_ps(r, x, nan);
+}
+#endif
+
+// In place over a logit row already in the log2 domain (n8 = n rounded up to 8; entries
+// [n, n8) must be -inf): p = 2^(t - m); returns the sum of p.
+inline float exp2_row(float* t, int64_t n8, float m) {
+  int64_t j = 0;
+  float sum = 0.0f;
+#ifdef GRAPHFUSE_ATTN_AVX2
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  for (; j + 8 <= n8; j += 8) {
+    const __m256 p = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(t + j), mv));
+    _mm256_storeu_ps(t + j, p);
+    acc = _mm256_add_ps(acc, p);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  for (float x : lanes) sum += x;
+#endif
+  for (; j < n8; ++j) {
+    t[j] = std::exp2(t[j] - m);
+    sum += t[j];
+  }
+  return sum;
+}
+
+// t[0:n] *= c.
+inline void scale_row(float* t, int64_t n, float c) {
+  int64_t j = 0;
+#ifdef GRAPHFUSE_ATTN_AVX2
+  const __m256 cv = _mm256_set1_ps(c);
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(t + j, _mm256_mul_ps(_mm256_loadu_ps(t + j), cv));
+#endif
+  for (; j < n; ++j) t[j] *= c;
+}
+
+// max of t[0:n] (NaN-dropping; a NaN logit still poisons its row through exp2).
+inline float max_row(const float* t, int64_t n) {
+  int64_t j = 0;
+  float mx = -INFINITY;
+#ifdef GRAPHFUSE_ATTN_AVX2
+  __m256 acc = _mm256_set1_ps(-INFINITY);
+  for (; j + 8 <= n; j += 8) acc = _mm256_max_ps(_mm256_loadu_ps(t + j), acc);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  for (float x : lanes) mx = x > mx ? x : mx;
+#endif
+  for (; j < n; ++j) mx = t[j] > mx ? t[j] : mx;
+  return mx;
+}
+
+}  // namespace attn
+}  // namespace graphfuse
