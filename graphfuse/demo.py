@@ -120,13 +120,18 @@ class DemoCase:
         return self.time_unfused_ms / self.time_fused_ms
 
 
-def _median_ms(fn: Callable[[], object], repeats: int) -> float:
-    times = []
+def _interleaved_median_ms(
+    a: Callable[[], object], b: Callable[[], object], repeats: int
+) -> tuple[float, float]:
+    """Median ms of ``a`` and ``b``, timed alternately (after one warm-up call each)."""
+    a(), b()
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return sorted(times)[len(times) // 2]
+        for fn, out in ((a, times[0]), (b, times[1])):
+            t = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t) * 1e3)
+    return tuple(sorted(t)[len(t) // 2] for t in times)  # type: ignore[return-value]
 
 
 def _region(gm: torch.fx.GraphModule, first_layer_only: bool = True) -> list[str]:
@@ -156,7 +161,7 @@ def run_case(
     hidden: int = 512,
     heads: int = 8,
     kv_heads: int = 2,
-    repeats: int = 7,
+    repeats: int = 5,
     progress: Callable[[str], None] | None = None,
 ) -> DemoCase:
     """Build, export, fuse, run and compare one demo model (``out_format`` fp8 or nvfp4)."""
@@ -176,9 +181,9 @@ def run_case(
         ref, out = before(*fresh).float(), after(*fresh).float()
         rel = ((out - ref).norm() / ref.norm()).item()
         close = torch.isclose(out, ref, rtol=0.05, atol=0.05).float().mean().item()
-        t_unfused = _median_ms(lambda: before(*fresh), repeats)
-        t_fused = _median_ms(lambda: after(*fresh), repeats)
-        t_unfused = min(t_unfused, _median_ms(lambda: before(*fresh), repeats))
+        t_unfused, t_fused = _interleaved_median_ms(
+            lambda: before(*fresh), lambda: after(*fresh), repeats
+        )
     return DemoCase(
         name=f"{out_format} out",
         counts={k: v for k, v in result.report.counts.items() if v},
