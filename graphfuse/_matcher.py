@@ -9,7 +9,6 @@ only built when somebody asks (``explain``).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -21,10 +20,9 @@ from . import dsl as P
 from ._args import arg_index, arg_spec, canonical_dim, first_tensor_rank, normalize
 from ._dims import same_size
 from ._failure import Failure
-from ._match import Match
 
 if TYPE_CHECKING:
-    from ._rules import Rule
+    pass
 
 _ASSERT_TARGETS = frozenset(
     t
@@ -479,89 +477,3 @@ def _literal_equal(want: Any, got: Any, where: tuple | None) -> bool:
             w = canonical_dim(want, rank)
             return w == got or (isinstance(w, (list, tuple)) and list(w) == list(got))
     return False
-
-
-# --------------------------------------------------------------------------- whole rules
-
-
-def escape_of(nodes: list[fx.Node], roots: tuple[fx.Node, ...], node_set: set) -> Failure | None:
-    """The first intermediate (a matched node that is not a root) with a real user outside
-    the match, as a :class:`Failure`; None when the match is self-contained."""
-    for n in nodes:
-        if n in roots:
-            continue
-        for user in n.users:
-            if user not in node_set and not is_metadata_assert(user):
-                return Failure("escape", (n, user))
-    return None
-
-
-def match_rule(
-    rule: Rule, node: fx.Node, tracer: _Tracer | None = None, norm: dict | None = None
-) -> Match | Failure | None:
-    """Match ``rule`` with its first root at ``node``.
-
-    ``norm`` (optional) caches ``normalize(node)`` per node; share one dict only while the
-    graph does not change (one sweep's matching phase).
-
-    Returns a :class:`Match` whose escape check and ``rule.check`` passed, else the first
-    escape / check failure as a :class:`Failure`, else None (structure did not match; the
-    tracer, if given, holds the deepest structural failure).
-    """
-    if tracer is None and _quick_reject(rule.patterns[0], node):
-        return None
-    st = _State(tracer, norm)
-    first_failure: Failure | None = None
-    roots_pats = rule.patterns
-    for roots in _m_roots(roots_pats, 0, (node,), st):
-        m = Match(rule, roots, st)
-        failure = escape_of(m.nodes, roots, st.node_set) or m.run_check()
-        if failure is None:
-            return m
-        if first_failure is None:
-            first_failure = failure
-    return first_failure
-
-
-_ARG_PROBES: dict[int, tuple] = {}
-
-
-def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
-    """True when a positional argument of ``node`` certainly fails its sub-pattern (its
-    root op differs): rules that cannot match a candidate cost one lookup, not a match."""
-    probes = _ARG_PROBES.get(id(pat))
-    if probes is None:
-        root = pat.inner if isinstance(pat, P.Typed) else pat
-        probes = ()
-        if isinstance(root, P.Call) and not root.commutative:
-            probes = tuple((i, a) for i, a in enumerate(root.args) if _first_set(a) is not None)
-        _ARG_PROBES[id(pat)] = probes
-        _KEEP_ALIVE.append(pat)
-    args = node.args
-    return any(i < len(args) and not _may_match(a, args[i]) for i, a in probes)
-
-
-_KEEP_ALIVE: list[P.Pattern] = []  # ids in _ARG_PROBES stay unique while the pattern lives
-
-
-def _m_roots(pats: tuple, k: int, roots: tuple, st: _State) -> Iterator[tuple]:
-    if k == 0:
-        for _ in _m(pats[0], roots[0], st, None):
-            yield from _m_roots(pats, 1, roots, st)
-        return
-    if k == len(pats):
-        yield roots
-        return
-    # Later roots are found among the users of what the match holds so far.
-    seen: set[fx.Node] = set()
-    for held in list(st.nodes) + [v for v in st.binds.values() if isinstance(v, fx.Node)]:
-        for cand in held.users:
-            if cand in seen or cand in st.node_set or cand.op != "call_function":
-                continue
-            seen.add(cand)
-            for _ in _m(pats[k], cand, st, None):
-                yield from _m_roots(pats, k + 1, roots + (cand,), st)
-
-
-def is_getitem(node: fx.Node) -> bool:
-    return node.op == "call_function" and node.target is operator.getitem

@@ -21,7 +21,8 @@ from ._dims import same_size
 from ._errors import RewriteError
 from ._failure import Failure
 from ._fake import FakePropagator
-from ._matcher import escape_of, is_metadata_assert
+from ._match_rule import escape_of
+from ._matcher import is_metadata_assert
 
 if TYPE_CHECKING:
     from ._match import Match

@@ -10,7 +10,8 @@ from torch import fx
 from ._errors import FixpointError
 from ._fake import FakePropagator
 from ._match import Match
-from ._matcher import _Tracer, match_rule
+from ._match_rule import match_rule
+from ._matcher import _Tracer
 from ._report import NearMiss, Report, near_miss
 from ._rewriter import apply_match
 from ._rules import RuleSet

@@ -192,7 +192,7 @@ def probe(pattern: Any, check: Any = None, name: str = "probe") -> graphfuse.Rul
 
 def matches(program: Program, pattern: Any, check: Any = None) -> list[graphfuse.Match]:
     """Every match of ``pattern`` (whose escape check and ``check`` pass), in graph order."""
-    from graphfuse._matcher import match_rule
+    from graphfuse._match_rule import match_rule
 
     rs = rules(probe(pattern, check))
     found = []

@@ -12,6 +12,7 @@ from torch import fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import graphfuse
+import graphfuse._match_rule as rule_matcher
 import graphfuse._matcher as matcher
 from graphfuse import Rule, RuleSet
 from graphfuse import dsl as P
@@ -71,7 +72,7 @@ def _local_rules() -> RuleSet:
 def _count_visits(monkeypatch: pytest.MonkeyPatch, gm: fx.GraphModule, rules: RuleSet) -> dict:
     """Calls of the matcher's dispatch ``_m`` and of ``match_rule`` in one dry run."""
     counts: collections.Counter = collections.Counter()
-    inner, outer = matcher._m, matcher.match_rule
+    inner, outer = matcher._m, rule_matcher.match_rule
 
     def counted_m(*args: object):  # noqa: ANN202
         counts["_m"] += 1
@@ -82,6 +83,7 @@ def _count_visits(monkeypatch: pytest.MonkeyPatch, gm: fx.GraphModule, rules: Ru
         return outer(*args, **kwargs)
 
     monkeypatch.setattr(matcher, "_m", counted_m)
+    monkeypatch.setattr(rule_matcher, "_m", counted_m)
     monkeypatch.setattr("graphfuse._runner.match_rule", counted_rule)
     report = run_rules(gm.graph, rules, dry_run=True)
     monkeypatch.undo()
@@ -110,6 +112,7 @@ def test_apply_fuses_every_block_with_linear_visits(monkeypatch: pytest.MonkeyPa
         return inner(*args)
 
     monkeypatch.setattr(matcher, "_m", counted_m)
+    monkeypatch.setattr(rule_matcher, "_m", counted_m)
     per_n = {}
     for n in (10, 40):
         counts.clear()
