@@ -6,6 +6,8 @@ from typing import Any
 
 from torch import fx
 
+from .dsl import _target_repr
+
 
 def _name(value: Any) -> str:
     return value.name if isinstance(value, fx.Node) else repr(value)
@@ -13,8 +15,6 @@ def _name(value: Any) -> str:
 
 def _what(value: Any) -> str:
     if isinstance(value, fx.Node):
-        from .dsl import _target_repr
-
         if value.op == "call_function":
             return f"{value.name} ({_target_repr(value.target)})"
         if value.op == "output":  # test-suite fix: read "the graph's output", not "(a output)"
@@ -67,8 +67,6 @@ class Failure:
 
 
 def _fmt_target(node: fx.Node, pat: Any) -> str:
-    from .dsl import _target_repr
-
     want = ", ".join(_target_repr(t) for t in pat.targets)
     return f"{_what(node)} is not a call of {want}"
 
@@ -88,7 +86,7 @@ _FORMAT = {
     "target": _fmt_target,
     "not_call": lambda where, value, pat: (
         f"{_arg(where)} is {_what(value)}; the pattern needs a call of "
-        + ", ".join(__import__("graphfuse.dsl").dsl._target_repr(t) for t in pat.targets)
+        + ", ".join(_target_repr(t) for t in pat.targets)
     ),
     "literal": lambda where, value, want: f"{_arg(where)} is {value!r}; the pattern needs {want!r}",
     "no_arg": lambda node, key: f"{node.name} has no argument {key!r}",

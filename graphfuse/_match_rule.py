@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -94,7 +93,3 @@ def _m_roots(pats: tuple, k: int, roots: tuple, st: _State) -> Iterator[tuple]:
             seen.add(cand)
             for _ in _m(pats[k], cand, st, None):
                 yield from _m_roots(pats, k + 1, roots + (cand,), st)
-
-
-def is_getitem(node: fx.Node) -> bool:
-    return node.op == "call_function" and node.target is operator.getitem
