@@ -15,14 +15,20 @@ from torch._guards import detect_fake_mode
 from torch.utils._pytree import tree_flatten
 
 
+def _tensor_key(v: torch.Tensor) -> Any:
+    key = (v.dtype, v.device, tuple(v.shape), tuple(v.stride()))
+    try:
+        hash(key)
+    except TypeError:  # symbolic sizes: key them by their expressions
+        key = (v.dtype, v.device, tuple(map(str, v.shape)), tuple(map(str, v.stride())))
+    return key
+
+
 def _key_of(v: Any) -> Any:
     if isinstance(v, torch.Tensor):
-        key = (v.dtype, v.device, tuple(v.shape), tuple(v.stride()))
-        try:
-            hash(key)
-        except TypeError:  # symbolic sizes: key them by their expressions
-            key = (v.dtype, v.device, tuple(map(str, v.shape)), tuple(map(str, v.stride())))
-        return key
+        return _tensor_key(v)
+    if v is None or isinstance(v, (bool, int, float, str, torch.dtype)):
+        return v
     if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("S", str(v))
     if isinstance(v, (list, tuple)):
@@ -47,6 +53,10 @@ def _val_of(a: Any) -> Any:
     return a
 
 
+def _has_missing(vals: Any) -> bool:
+    return any(v is _MISSING or (isinstance(v, (list, tuple)) and _has_missing(v)) for v in vals)
+
+
 class FakePropagator:
     """Computes (and caches) the fake value a new call node produces."""
 
@@ -58,15 +68,14 @@ class FakePropagator:
     def __call__(self, target: Any, args: tuple, kwargs: dict) -> Any:
         vargs = tuple(_val_of(a) for a in args)
         vkwargs = {k: _val_of(v) for k, v in kwargs.items()}
-        flat, _ = tree_flatten((vargs, vkwargs))
-        if any(v is _MISSING for v in flat):
+        if _has_missing(vargs) or _has_missing(vkwargs.values()):
             return None
         key = (target, _key_of(vargs), _key_of(vkwargs))
         if key in self._cache:
             self.hits += 1
             return self._cache[key]
         self.misses += 1
-        mode = detect_fake_mode(flat)
+        mode = detect_fake_mode(tree_flatten((vargs, vkwargs))[0])
         if mode is None:
             return None
         with mode:

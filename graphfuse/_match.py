@@ -22,10 +22,11 @@ class Match:
     ``m.val("x")`` its ``meta["val"]`` (a fake tensor) or the literal;
     ``m.tag("spelling")`` the branch an :func:`~graphfuse.dsl.alt` took;
     ``m.chain("layout")`` the nodes a :func:`~graphfuse.dsl.maybe` passed through;
-    ``m.dims`` the named dims (ints or sympy expressions); ``m.root`` the (first) root.
+    ``m.dims`` the named dims (ints or sympy expressions); ``m.root`` the (first) root;
+    ``m.memo`` a dict where ``check`` can leave what it derived for ``rewrite``.
     """
 
-    __slots__ = ("rule", "roots", "binds", "tags", "dims", "chains", "nodes", "node_set")
+    __slots__ = ("rule", "roots", "binds", "tags", "dims", "chains", "nodes", "node_set", "memo")
 
     def __init__(self, rule: Rule, roots: tuple[fx.Node, ...], st: _State) -> None:
         self.rule = rule
@@ -36,6 +37,7 @@ class Match:
         self.chains = dict(st.chains)
         self.nodes = list(st.nodes)
         self.node_set = set(st.node_set)
+        self.memo: dict[str, Any] = {}
 
     @property
     def root(self) -> fx.Node:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from torch import fx
@@ -10,7 +11,15 @@ from torch import fx
 from . import dsl as P
 from ._failure import Failure
 from ._match import Match
-from ._matcher import _first_set, _m, _may_match, _State, _Tracer, is_metadata_assert
+from ._matcher import (
+    VISITS,
+    _first_set,
+    _m,
+    _may_match,
+    _State,
+    _Tracer,
+    is_metadata_assert,
+)
 
 if TYPE_CHECKING:
     from ._rules import Rule
@@ -43,16 +52,35 @@ def match_rule(
     if tracer is None and _quick_reject(rule.patterns[0], node):
         return None
     st = _State(tracer, norm)
-    first_failure: Failure | None = None
-    roots_pats = rule.patterns
-    for roots in _m_roots(roots_pats, 0, (node,), st):
+    found: list[Match] = []
+    first_failure: list[Failure] = []
+
+    def accept(roots: tuple[fx.Node, ...]) -> bool:
         m = Match(rule, roots, st)
         failure = escape_of(m.nodes, roots, st.node_set) or m.run_check()
         if failure is None:
-            return m
-        if first_failure is None:
-            first_failure = failure
-    return first_failure
+            found.append(m)
+            return True
+        if not first_failure:
+            first_failure.append(failure)
+        return False
+
+    _ensure_stack()
+    try:
+        _m_roots(rule.patterns, 0, (node,), st, accept)
+    finally:
+        VISITS[0] += st.visits
+    return found[0] if found else (first_failure[0] if first_failure else None)
+
+
+_MIN_RECURSION = 20_000
+
+
+def _ensure_stack() -> None:
+    """Continuations nest a few Python frames per matched pattern node (pure Python calls:
+    no C stack in CPython >= 3.11); let patterns of thousands of nodes match."""
+    if sys.getrecursionlimit() < _MIN_RECURSION:
+        sys.setrecursionlimit(_MIN_RECURSION)
 
 
 _ARG_PROBES: dict[int, tuple] = {}
@@ -76,14 +104,11 @@ def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
 _KEEP_ALIVE: list[P.Pattern] = []  # ids in _ARG_PROBES stay unique while the pattern lives
 
 
-def _m_roots(pats: tuple, k: int, roots: tuple, st: _State) -> Iterator[tuple]:
-    if k == 0:
-        for _ in _m(pats[0], roots[0], st, None):
-            yield from _m_roots(pats, 1, roots, st)
-        return
-    if k == len(pats):
-        yield roots
-        return
+def _m_roots(pats: tuple, i: int, roots: tuple, st: _State, k: Callable[[tuple], bool]) -> bool:
+    if i == 0:
+        return _m(pats[0], roots[0], st, None, lambda: _m_roots(pats, 1, roots, st, k))
+    if i == len(pats):
+        return k(roots)
     # Later roots are found among the users of what the match holds so far.
     seen: set[fx.Node] = set()
     for held in list(st.nodes) + [v for v in st.binds.values() if isinstance(v, fx.Node)]:
@@ -91,5 +116,7 @@ def _m_roots(pats: tuple, k: int, roots: tuple, st: _State) -> Iterator[tuple]:
             if cand in seen or cand in st.node_set or cand.op != "call_function":
                 continue
             seen.add(cand)
-            for _ in _m(pats[k], cand, st, None):
-                yield from _m_roots(pats, k + 1, roots + (cand,), st)
+            more = roots + (cand,)
+            if _m(pats[i], cand, st, None, lambda more=more: _m_roots(pats, i + 1, more, st, k)):
+                return True
+    return False

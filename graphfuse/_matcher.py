@@ -1,17 +1,19 @@
 """Matching patterns against an ``fx.Graph``: no tracing, backtracking over node arguments.
 
-The engine is a set of generators, one per pattern kind, sharing one mutable
-:class:`_State` with an undo trail: a generator yields each time its pattern matched
-(having extended the state) and undoes its own changes before trying the next way or
-giving up. Failures are reported to an optional tracer as cheap tuples; sentences are
-only built when somebody asks (``explain``).
+The engine is one function per pattern kind in continuation-passing style, sharing one
+mutable :class:`_State` with an undo trail: ``_m(pat, value, st, where, k)`` calls the
+continuation ``k()`` each time ``pat`` matched (having extended the state), undoes its own
+changes before trying the next way, and stops as soon as a ``k()`` returns True (the whole
+match was accepted). No generators: a success reaches the next pattern in one call, where a
+``yield`` would climb back through every enclosing generator. Failures are reported to an
+optional tracer as cheap tuples; sentences are only built when somebody asks (``explain``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import fx
@@ -21,8 +23,7 @@ from ._args import arg_index, arg_spec, canonical_dim, first_tensor_rank, normal
 from ._dims import same_size
 from ._failure import Failure
 
-if TYPE_CHECKING:
-    pass
+Cont = Callable[[], bool]  # a continuation: True stops the search
 
 _ASSERT_TARGETS = frozenset(
     t
@@ -56,6 +57,9 @@ class _Tracer:
             self.depth, self.failure = depth, failure
 
 
+VISITS = [0]  # pattern-node visits by every match so far (complexity tests read it)
+
+
 class _State:
     __slots__ = (
         "binds",
@@ -68,6 +72,7 @@ class _State:
         "tracer",
         "fast",
         "norm",
+        "visits",
     )
 
     def __init__(self, tracer: _Tracer | None, norm: dict | None = None) -> None:
@@ -83,6 +88,7 @@ class _State:
         self.fast = tracer is None
         # node -> normalize(node), shared by the candidates of one sweep (None: no cache)
         self.norm = norm
+        self.visits = 0  # pattern nodes visited (added to VISITS when the match ends)
 
     def undo(self, mark: int) -> None:
         trail = self.trail
@@ -186,19 +192,13 @@ def _may_match(pat: P.Pattern, value: Any) -> bool:
     return bool(fs[1]) and id(getattr(t, "overloadpacket", None)) in fs[1]
 
 
-_ALT_BRANCHES: dict[tuple[int, int], tuple[Any, tuple]] = {}
-
-
-def _alt_branches(pat: P.Alt, value: Any) -> tuple:
-    """The branches of ``pat`` that may match ``value``, cached per (pattern, target)."""
-    _first_set(pat)  # keeps the pattern alive, so its id stays unique
-    target = value.target if isinstance(value, fx.Node) and value.op == "call_function" else None
-    key = (id(pat), id(target))
-    hit = _ALT_BRANCHES.get(key)
-    if hit is None or hit[0] is not target:
-        kept = tuple((tag, b) for tag, b in pat.branches if _may_match(b, value))
-        hit = _ALT_BRANCHES[key] = (target, kept)
-    return hit[1]
+# --------------------------------------------------------------------------- the engine
+# Every pattern is compiled once into a tree of matcher objects (one per pattern node,
+# shared sub-patterns compiled once) holding what matching needs at hand: target ids,
+# argument plans per target, first sets of children. ``node.m(value, st, where, k)``
+# calls the continuation ``k()`` each time the pattern matched (state extended), undoes
+# its own changes before trying the next way, and returns True as soon as a ``k()`` does
+# (the whole match was accepted; the state is then left as it is).
 
 
 def _simple(pat: P.Pattern) -> bool:
@@ -213,167 +213,325 @@ def _simple(pat: P.Pattern) -> bool:
     return False
 
 
+def _ids_may(first: _FirstSet, value: Any) -> bool:
+    if first is None:
+        return True
+    if not isinstance(value, fx.Node) or value.op != "call_function":
+        return False
+    t = value.target
+    return id(t) in first[0] or (
+        bool(first[1]) and id(getattr(t, "overloadpacket", None)) in first[1]
+    )
+
+
+class _CCall:
+    __slots__ = ("pat", "exact", "packets", "name", "plans")
+
+    def __init__(self, pat: P.Call) -> None:
+        self.pat = pat
+        self.exact, self.packets = _first_set(pat)  # type: ignore[misc]
+        self.name = pat.name
+        self.plans: dict[int, _Plan] = {}
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        if not isinstance(value, fx.Node) or value.op != "call_function":
+            st.fail("not_call", where, value, self.pat)
+            return False
+        t = value.target
+        if id(t) not in self.exact and not (
+            self.packets and id(getattr(t, "overloadpacket", None)) in self.packets
+        ):
+            st.fail("target", value, self.pat)
+            return False
+        mark = len(st.trail)
+        if self.name is not None and not _bind(st, self.name, value, where):
+            return False
+        st.add_node(value)
+        norm = st.norm
+        if norm is None:
+            args = normalize(value)
+        else:
+            args = norm.get(value)
+            if args is None:
+                args = norm[value] = normalize(value)
+        plan = self.plans.get(id(t))
+        if plan is None or plan.target is not t:
+            plan = self.plans[id(t)] = _Plan(self.pat, t)
+        if plan.missing is not None:
+            st.fail("no_arg", value, plan.missing)
+            st.undo(mark)
+            return False
+        if plan.need > len(args):
+            st.fail("arity", value, len(args), self.pat)
+            st.undo(mark)
+            return False
+        fast = st.fast
+        if _m_args(plan.fast_items if fast else plan.items, 0, args, value, st, k):
+            return True
+        if plan.swapped is not None and _m_args(
+            plan.fast_swapped if fast else plan.swapped,  # type: ignore[arg-type]
+            0,
+            args,
+            value,
+            st,
+            k,
+        ):
+            return True
+        st.undo(mark)
+        return False
+
+
 class _Plan:
-    """How a :class:`P.Call` reads one target's arguments: (schema index, pattern) pairs in
-    pattern order (``items``, ``swapped``) and single-way ones first (``fast_*``)."""
+    """How a :class:`P.Call` reads one target's arguments: (schema index, compiled pattern,
+    first set) in pattern order (``items``, ``swapped``) and single-way ones first
+    (``fast_*``)."""
 
     __slots__ = ("target", "missing", "need", "items", "swapped", "fast_items", "fast_swapped")
 
     def __init__(self, pat: P.Call, target: Any) -> None:
         self.target = target
         self.missing: str | None = None
-        items: list[tuple[int, P.Pattern]] = list(enumerate(pat.args))
+        pairs: list[tuple[int, P.Pattern]] = list(enumerate(pat.args))
         for key, sub in pat.kwargs:
             idx = arg_index(target, key)
             if idx is None:
                 self.missing = key
                 break
-            items.append((idx, sub))
-        self.need = max((i for i, _ in items), default=-1) + 1
-        self.items = items
-        self.swapped = (
-            [(items[1][0], items[0][1]), (items[0][0], items[1][1])] + items[2:]
+            pairs.append((idx, sub))
+        self.need = max((i for i, _ in pairs), default=-1) + 1
+        swapped = (
+            [(pairs[1][0], pairs[0][1]), (pairs[0][0], pairs[1][1])] + pairs[2:]
             if pat.commutative and self.missing is None
             else None
         )
-        # stable sort: the multi-way arguments keep their order, so do the matches
-        self.fast_items = sorted(items, key=lambda it: not _simple(it[1]))
-        self.fast_swapped = (
-            sorted(self.swapped, key=lambda it: not _simple(it[1])) if self.swapped else None
-        )
+
+        def items(ps: list[tuple[int, P.Pattern]]) -> list[tuple]:
+            return [(i, compiled(p), _first_set(p)) for i, p in ps]
+
+        def fast(ps: list[tuple[int, P.Pattern]]) -> list[tuple]:
+            # stable sort: the multi-way arguments keep their order, so do the matches
+            return items(sorted(ps, key=lambda it: not _simple(it[1])))
+
+        self.items = items(pairs)
+        self.fast_items = fast(pairs)
+        self.swapped = items(swapped) if swapped else None
+        self.fast_swapped = fast(swapped) if swapped else None
 
 
-_PLANS: dict[tuple[int, int], _Plan] = {}
+def _m_args(items: list, i: int, args: list, node: fx.Node, st: _State, k: Cont) -> bool:
+    if i == len(items):  # a pattern with no arguments
+        return k()
+    idx, sub, first = items[i]
+    arg = args[idx]
+    if st.fast and first is not None and not _ids_may(first, arg):
+        return False
+    if i + 1 == len(items):
+        return sub.m(arg, st, (node, idx), k)
+    return sub.m(arg, st, (node, idx), lambda: _m_args(items, i + 1, args, node, st, k))
 
 
-def _plan(pat: P.Call, target: Any) -> _Plan:
-    _first_set(pat)  # keeps the pattern alive, so its id stays unique
-    key = (id(pat), id(target))
-    plan = _PLANS.get(key)
-    if plan is None or plan.target is not target:
-        plan = _PLANS[key] = _Plan(pat, target)
-    return plan
+class _CCapture:
+    __slots__ = ("name", "kind")
+
+    def __init__(self, pat: P.Capture) -> None:
+        self.name, self.kind = pat.name, pat.kind
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        if self.kind == "tensor":
+            val = _val(value)
+            if not isinstance(value, fx.Node) or (
+                val is not None and not isinstance(val, torch.Tensor)
+            ):
+                st.fail("kind", self.name, value, "a tensor", where)
+                return False
+        elif self.kind == "scalar":
+            ok = isinstance(value, (int, float, bool)) or isinstance(
+                _val(value), (torch.SymInt, torch.SymFloat, torch.SymBool)
+            )
+            if not ok:
+                st.fail("kind", self.name, value, "a scalar", where)
+                return False
+        mark = len(st.trail)
+        if _bind(st, self.name, value, where) and k():
+            return True
+        st.undo(mark)
+        return False
 
 
-def _val(value: Any) -> Any:
-    return value.meta.get("val") if isinstance(value, fx.Node) else None
+class _CWildcard:
+    __slots__ = ()
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        return k()
 
 
-def _m(pat: P.Pattern, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
-    kind = type(pat)
-    if kind is P.Call:
-        yield from _m_call(pat, value, st, where)
-    elif kind is P.Capture:
-        yield from _m_capture(pat, value, st, where)
-    elif kind is P.Wildcard:
-        yield
-    elif kind is P.Literal:
-        if _literal_equal(pat.value, value, where):
-            yield
-        else:
-            st.fail("literal", where, value, pat.value)
-    elif kind is P.Typed:
-        yield from _m_typed(pat, value, st, where)
-    elif kind is P.Alt:
-        for tag, branch in _alt_branches(pat, value) if st.fast else pat.branches:
+class _CLiteral:
+    __slots__ = ("value",)
+
+    def __init__(self, pat: P.Literal) -> None:
+        self.value = pat.value
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        if _literal_equal(self.value, value, where):
+            return k()
+        st.fail("literal", where, value, self.value)
+        return False
+
+
+class _CTyped:
+    __slots__ = ("pat", "inner")
+
+    def __init__(self, pat: P.Typed) -> None:
+        self.pat, self.inner = pat, compiled(pat.inner)
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        pat = self.pat
+
+        def typed() -> bool:
             mark = len(st.trail)
-            if pat.name is not None:
-                st.put(st.tags, pat.name, tag)
-            yield from _m(branch, value, st, where)
+            if _type_ok(pat, value, st) and k():
+                return True
             st.undo(mark)
-    elif kind is P.Maybe:
-        yield from _m_maybe(pat, value, st, where)
-    elif kind is P.ListOf:
-        yield from _m_list(pat, value, st, where)
+            return False
+
+        return self.inner.m(value, st, where, typed)
+
+
+class _CAlt:
+    __slots__ = ("pat", "name", "branches", "by_target")
+
+    def __init__(self, pat: P.Alt) -> None:
+        self.pat, self.name = pat, pat.name
+        self.branches = tuple((tag, compiled(b), _first_set(b)) for tag, b in pat.branches)
+        self.by_target: dict[int, tuple[Any, tuple]] = {}
+
+    def _fast_branches(self, value: Any) -> tuple:
+        """The branches that may match ``value``, cached per target."""
+        t = value.target if isinstance(value, fx.Node) and value.op == "call_function" else None
+        hit = self.by_target.get(id(t))
+        if hit is None or hit[0] is not t:
+            kept = tuple(b for b in self.branches if _ids_may(b[2], value))
+            hit = self.by_target[id(t)] = (t, kept)
+        return hit[1]
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        name = self.name
+        for tag, branch, _ in self._fast_branches(value) if st.fast else self.branches:
+            mark = len(st.trail)
+            if name is not None:
+                st.put(st.tags, name, tag)
+            if branch.m(value, st, where, k):
+                return True
+            st.undo(mark)
+        return False
+
+
+class _CMaybe:
+    __slots__ = ("exact", "packets", "where", "name", "inner", "inner_first")
+
+    def __init__(self, pat: P.Maybe) -> None:
+        self.exact, self.packets = _first_set(_probe(pat.targets))  # type: ignore[misc]
+        self.where, self.name = pat.where, pat.name
+        self.inner, self.inner_first = compiled(pat.inner), _first_set(pat.inner)
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        steps: list[tuple[Any, tuple]] = [(value, ())]
+        chain: tuple = ()
+        cur = value
+        exact, packets, cond = self.exact, self.packets, self.where
+        while (
+            isinstance(cur, fx.Node)
+            and cur.op == "call_function"
+            and (
+                id(cur.target) in exact
+                or (packets and id(getattr(cur.target, "overloadpacket", None)) in packets)
+            )
+            and cur.args
+            and (cond is None or cond(cur))
+        ):
+            chain += (cur,)
+            cur = cur.args[0]
+            steps.append((cur, chain))
+        fast, first = st.fast, self.inner_first
+        for inner_value, through in reversed(steps):  # longest chain first
+            if fast and first is not None and not _ids_may(first, inner_value):
+                continue
+            mark = len(st.trail)
+            for n in through:
+                st.add_node(n)
+            if self.name is not None:
+                st.put(st.chains, self.name, through)
+            if self.inner.m(inner_value, st, where if not through else (through[-1], 0), k):
+                return True
+            st.undo(mark)
+        return False
+
+
+class _CListOf:
+    __slots__ = ("pat", "items")
+
+    def __init__(self, pat: P.ListOf) -> None:
+        self.pat = pat
+        self.items = tuple((compiled(p), _first_set(p)) for p in pat.items)
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        if not isinstance(value, (list, tuple)) or len(value) != len(self.items):
+            st.fail("literal", where, value, self.pat)
+            return False
+        if not self.items:
+            return k()
+        return _m_items(self.items, 0, value, st, where, k)
+
+
+def _m_items(items: tuple, i: int, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+    sub, first = items[i]
+    if st.fast and first is not None and not _ids_may(first, value[i]):
+        return False
+    if i + 1 == len(items):
+        return sub.m(value[i], st, where, k)
+    return sub.m(value[i], st, where, lambda: _m_items(items, i + 1, value, st, where, k))
+
+
+_KINDS: dict[type, Any] = {
+    P.Call: _CCall,
+    P.Capture: _CCapture,
+    P.Literal: _CLiteral,
+    P.Typed: _CTyped,
+    P.Alt: _CAlt,
+    P.Maybe: _CMaybe,
+    P.ListOf: _CListOf,
+}
+_COMPILED: dict[int, tuple[Any, P.Pattern]] = {}  # id(pattern) -> (matcher, pattern)
+
+
+def compiled(pat: P.Pattern) -> Any:
+    """The matcher object of ``pat`` (compiled on first use; holds the pattern alive)."""
+    hit = _COMPILED.get(id(pat))
+    if hit is not None:
+        return hit[0]
+    kind = type(pat)
+    if kind is P.Wildcard:
+        node: Any = _CWildcard()
+    elif kind in _KINDS:
+        node = _KINDS[kind](pat)
     else:
         raise TypeError(f"not a pattern: {pat!r}")
+    _COMPILED[id(pat)] = (node, pat)
+    return node
 
 
-def _m_call(pat: P.Call, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
-    if not isinstance(value, fx.Node) or value.op != "call_function":
-        st.fail("not_call", where, value, pat)
-        return
-    if not target_matches(pat, value.target):
-        st.fail("target", value, pat)
-        return
-    mark = len(st.trail)
-    if pat.name is not None and not _bind(st, pat.name, value, where):
-        return
-    st.add_node(value)
-    norm = st.norm
-    if norm is None:
-        args = normalize(value)
-    else:
-        args = norm.get(value)
-        if args is None:
-            args = norm[value] = normalize(value)
-    plan = _plan(pat, value.target)
-    if plan.missing is not None:
-        st.fail("no_arg", value, plan.missing)
-        st.undo(mark)
-        return
-    if plan.need > len(args):
-        st.fail("arity", value, len(args), pat)
-        st.undo(mark)
-        return
-    fast = st.fast
-    yield from _m_args(plan.fast_items if fast else plan.items, 0, args, value, st)
-    if plan.swapped is not None:
-        yield from _m_args(plan.fast_swapped if fast else plan.swapped, 0, args, value, st)
-    st.undo(mark)
-
-
-def _m_args(items: list, k: int, args: list, node: fx.Node, st: _State) -> Iterator[None]:
-    if k == len(items):
-        yield
-        return
-    i, sub = items[k]
-    if st.fast and not _may_match(sub, args[i]):
-        return
-    for _ in _m(sub, args[i], st, (node, i)):
-        yield from _m_args(items, k + 1, args, node, st)
-
-
-def _bind(st: _State, name: str, value: Any, where: tuple | None) -> bool:
-    if name in st.binds:
-        old = st.binds[name]
-        same = (
-            old is value if isinstance(old, fx.Node) or isinstance(value, fx.Node) else old == value
-        )
-        if not same:
-            st.fail("rebind", name, old, value)
-        return same
-    st.put(st.binds, name, value)
-    return True
-
-
-def _m_capture(pat: P.Capture, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
-    if pat.kind == "tensor":
-        val = _val(value)
-        if not isinstance(value, fx.Node) or (
-            val is not None and not isinstance(val, torch.Tensor)
-        ):
-            st.fail("kind", pat.name, value, "a tensor", where)
-            return
-    elif pat.kind == "scalar":
-        ok = isinstance(value, (int, float, bool)) or isinstance(
-            _val(value), (torch.SymInt, torch.SymFloat, torch.SymBool)
-        )
-        if not ok:
-            st.fail("kind", pat.name, value, "a scalar", where)
-            return
-    mark = len(st.trail)
-    if _bind(st, pat.name, value, where):
-        yield
-    st.undo(mark)
-
-
-def _m_typed(pat: P.Typed, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
-    for _ in _m(pat.inner, value, st, where):
-        mark = len(st.trail)
-        if _type_ok(pat, value, st):
-            yield
-        st.undo(mark)
+def _m(pat: P.Pattern, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+    """Match ``pat`` at ``value``: calls ``k()`` for each way it matches; True as soon as a
+    ``k()`` returns True (the state is then left as it is), else False, state restored."""
+    return compiled(pat).m(value, st, where, k)
 
 
 def _type_ok(pat: P.Typed, value: Any, st: _State) -> bool:
@@ -412,50 +570,21 @@ def _probe(targets: tuple) -> P.Call:
     return P.Call(targets)
 
 
-def _m_maybe(pat: P.Maybe, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
-    chain: list[fx.Node] = []
-    steps = [(value, ())]
-    cur = value
-    # test-suite fix: a fresh P.Call per visit filled _TARGET_CACHE (keyed by id, holding
-    # the pattern) with one entry per visit; share one probe per target tuple instead.
-    probe = _probe(pat.targets)
-    while (
-        isinstance(cur, fx.Node)
-        and cur.op == "call_function"
-        and target_matches(probe, cur.target)
-        and cur.args
-        and (pat.where is None or pat.where(cur))
-    ):
-        chain.append(cur)
-        cur = cur.args[0]
-        steps.append((cur, tuple(chain)))
-    for inner_value, through in reversed(steps):  # longest chain first
-        if st.fast and not _may_match(pat.inner, inner_value):
-            continue
-        mark = len(st.trail)
-        for n in through:
-            st.add_node(n)
-        if pat.name is not None:
-            st.put(st.chains, pat.name, through)
-        yield from _m(pat.inner, inner_value, st, where if not through else (through[-1], 0))
-        st.undo(mark)
+def _bind(st: _State, name: str, value: Any, where: tuple | None) -> bool:
+    if name in st.binds:
+        old = st.binds[name]
+        same = (
+            old is value if isinstance(old, fx.Node) or isinstance(value, fx.Node) else old == value
+        )
+        if not same:
+            st.fail("rebind", name, old, value)
+        return same
+    st.put(st.binds, name, value)
+    return True
 
 
-def _m_list(pat: P.ListOf, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
-    if not isinstance(value, (list, tuple)) or len(value) != len(pat.items):
-        st.fail("literal", where, value, pat)
-        return
-    yield from _m_items(pat.items, 0, value, st, where)
-
-
-def _m_items(items: tuple, k: int, value: Any, st: _State, where: tuple | None) -> Iterator[None]:
-    if k == len(items):
-        yield
-        return
-    if st.fast and not _may_match(items[k], value[k]):
-        return
-    for _ in _m(items[k], value[k], st, where):
-        yield from _m_items(items, k + 1, value, st, where)
+def _val(value: Any) -> Any:
+    return value.meta.get("val") if isinstance(value, fx.Node) else None
 
 
 def _literal_equal(want: Any, got: Any, where: tuple | None) -> bool:

@@ -166,9 +166,11 @@ def check_attention(m: Match) -> Any:
 
 
 def _layout(m: Match) -> str | None:
-    q = m.val("q")
-    sizes = {"B": q.shape[0], "H": q.shape[1], "S": q.shape[2], "D": m.val("v").shape[3]}
-    return output_layout(m["attn"], m.chain("layout"), sizes)
+    if "layout" not in m.memo:  # computed by check, read again by rewrite
+        q = m.val("q")
+        sizes = {"B": q.shape[0], "H": q.shape[1], "S": q.shape[2], "D": m.val("v").shape[3]}
+        m.memo["layout"] = output_layout(m["attn"], m.chain("layout"), sizes)
+    return m.memo["layout"]
 
 
 def _check_layout(m: Match) -> Any:
