@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch import fx
 
@@ -14,11 +14,13 @@ from ._match import Match
 from ._matcher import (
     VISITS,
     _first_set,
+    _ids_may,
     _m,
-    _may_match,
+    _probe,
     _State,
     _Tracer,
     is_metadata_assert,
+    target_matches,
 )
 
 if TYPE_CHECKING:
@@ -83,25 +85,52 @@ def _ensure_stack() -> None:
         sys.setrecursionlimit(_MIN_RECURSION)
 
 
-_ARG_PROBES: dict[int, tuple] = {}
+_PROBES: dict[tuple[int, int], tuple[Any, tuple | None]] = {}
+
+
+def _probes(pat: P.Pattern, target: Any) -> tuple | None:
+    """For each way ``pat``'s root can be a call of ``target``: the (position, first set)
+    of its positional arguments that name their op; None when some way cannot be judged
+    by its arguments (a ``maybe`` root, a commutative call)."""
+    kind = type(pat)
+    if kind is P.Typed:
+        return _probes(pat.inner, target)  # type: ignore[attr-defined]
+    if kind is P.Alt:
+        ways: tuple = ()
+        for _, branch in pat.branches:  # type: ignore[attr-defined]
+            sub = _probes(branch, target)
+            if sub is None:
+                return None
+            ways += sub
+        return ways
+    if kind is P.Call:
+        probe = _probe(pat.targets)  # type: ignore[attr-defined]
+        if not target_matches(probe, target):
+            return ()  # this way cannot match a call of target
+        if pat.commutative:  # type: ignore[attr-defined]
+            return None
+        args = pat.args  # type: ignore[attr-defined]
+        return (tuple((i, fs) for i, a in enumerate(args) if (fs := _first_set(a)) is not None),)
+    return None
 
 
 def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
-    """True when a positional argument of ``node`` certainly fails its sub-pattern (its
-    root op differs): rules that cannot match a candidate cost one lookup, not a match."""
-    probes = _ARG_PROBES.get(id(pat))
-    if probes is None:
-        root = pat.inner if isinstance(pat, P.Typed) else pat
-        probes = ()
-        if isinstance(root, P.Call) and not root.commutative:
-            probes = tuple((i, a) for i, a in enumerate(root.args) if _first_set(a) is not None)
-        _ARG_PROBES[id(pat)] = probes
+    """True when every way the rule's root can match ``node`` has a positional argument
+    whose root op certainly differs: rules that cannot match a candidate cost a lookup
+    or two, not a match."""
+    t = node.target
+    hit = _PROBES.get((id(pat), id(t)))
+    if hit is None or hit[0] is not t:
+        hit = _PROBES[(id(pat), id(t))] = (t, _probes(pat, t))
         _KEEP_ALIVE.append(pat)
+    ways = hit[1]
+    if ways is None:
+        return False
     args = node.args
-    return any(i < len(args) and not _may_match(a, args[i]) for i, a in probes)
+    return all(any(i < len(args) and not _ids_may(fs, args[i]) for i, fs in way) for way in ways)
 
 
-_KEEP_ALIVE: list[P.Pattern] = []  # ids in _ARG_PROBES stay unique while the pattern lives
+_KEEP_ALIVE: list[P.Pattern] = []  # ids in _PROBES stay unique while the pattern lives
 
 
 def _m_roots(pats: tuple, i: int, roots: tuple, st: _State, k: Callable[[tuple], bool]) -> bool:
