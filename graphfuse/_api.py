@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -51,6 +54,25 @@ def apply(
         torch.export.save(result.program, "fused.pt2")
     """
     rule_set = load_patterns(rules)
+    with _gc_paused():
+        return _apply(program, rule_set, dry_run, progress)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Copying and rewriting a graph allocates many small objects that live on; Python's
+    cyclic collector would rescan all of them again and again (superlinear in graph size).
+    Pause it for the call; whatever cycles were made are collected after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _apply(program: P, rule_set: RuleSet, dry_run: bool, progress: Progress | None) -> Result[P]:
     start = time.perf_counter()
     if dry_run:
         gm = graph_module_of(program)
