@@ -26,7 +26,7 @@ def copy_graph_module(gm: fx.GraphModule, *, recompile: bool = True) -> fx.Graph
     """
     graph = fx.Graph(owning_module=None, tracer_cls=gm.graph._tracer_cls)
     val_map: dict[fx.Node, fx.Node] = {}
-    out = graph.graph_copy(gm.graph, val_map, return_output_node=True)
+    out = _graph_copy(graph, gm.graph, val_map)
     if out is not None:
         value, old_out = out
         graph.output(value).meta = copy.copy(old_out.meta)
@@ -50,6 +50,37 @@ def copy_graph_module(gm: fx.GraphModule, *, recompile: bool = True) -> fx.Graph
             del own.recompile
     new.meta = copy.copy(getattr(gm, "meta", {}))
     return new
+
+
+_GRAPH_INTERNALS = ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len")
+_FAST_COPY = all(hasattr(fx.Graph(), a) for a in _GRAPH_INTERNALS)
+
+
+def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node]) -> Any:
+    """``graph.graph_copy(src, val_map, return_output_node=True)``, about twice as fast.
+
+    ``Graph.create_node`` scans every new node's arguments for raw SymInts (torch >= 2.13),
+    which is half the cost of a copy; nodes copied from a valid graph cannot hold any, so
+    this builds them as ``create_node`` does, without the scan. Falls back to fx's copy on
+    a torch whose Graph lacks the internals it uses.
+    """
+    if not _FAST_COPY:
+        return graph.graph_copy(src, val_map, return_output_node=True)
+    namespace, table = graph._graph_namespace, graph._find_nodes_lookup_table
+    for node in src.nodes:
+        if node.op == "output":
+            return fx.map_arg(node.args[0], val_map.__getitem__), node
+        args = fx.map_arg(node.args, val_map.__getitem__)
+        kwargs = fx.map_arg(node.kwargs, val_map.__getitem__)
+        name = namespace.create_name(node.name, None)
+        new = fx.Node(graph, name, node.op, node.target, args, kwargs, node.type)
+        namespace.associate_name_with_obj(name, new)
+        graph._insert(new)
+        table.insert(new)
+        graph._len += 1
+        new.meta = copy.copy(node.meta)
+        val_map[node] = new
+    return None
 
 
 def copy_program(program: Program) -> tuple[Program, fx.GraphModule]:

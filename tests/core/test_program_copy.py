@@ -1,0 +1,66 @@
+"""The program copy that ``apply`` rewrites: the same graph as fx's own ``graph_copy``."""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+
+from graphfuse import _program
+from graphfuse._program import copy_graph_module
+
+
+class _Block(torch.nn.Module):
+    def forward(self, x: torch.Tensor, input: torch.Tensor) -> tuple[torch.Tensor, ...]:  # noqa: A002
+        a = torch.softmax(x @ input.transpose(-1, -2) * 0.5, dim=-1)
+        b = a.clamp(min=-1.0, max=1.0).to(torch.bfloat16)
+        return b, torch.cat([a, a], dim=0).sum(dim=(0, 1), keepdim=True)
+
+
+def _describe(graph: fx.Graph) -> list[tuple]:
+    def arg(a: object) -> object:
+        return fx.map_arg(a, lambda n: ("node", n.name))
+
+    return [(n.name, n.op, n.target, arg(n.args), arg(n.kwargs), n.type) for n in graph.nodes]
+
+
+def test_fast_copy_equals_fx_graph_copy() -> None:
+    ep = torch.export.export(_Block(), (torch.randn(2, 3, 4), torch.randn(2, 3, 4)))
+    src = ep.graph_module
+    assert _program._FAST_COPY, "torch's Graph lost an internal the fast copy uses"
+    fast = copy_graph_module(src)
+    ref_graph = fx.Graph()
+    ref_map: dict[fx.Node, fx.Node] = {}
+    value, old_out = ref_graph.graph_copy(src.graph, ref_map, return_output_node=True)
+    ref_graph.output(value)
+    for old, new in ref_map.items():  # what copy_graph_module does after fx's copy
+        new.name = old.name
+    assert _describe(fast.graph) == _describe(ref_graph)
+    fast.graph.lint()
+    for old, new in zip(src.graph.nodes, fast.graph.nodes):
+        assert new is not old and new.graph is fast.graph
+        assert new.meta == old.meta and new.meta is not old.meta  # shallow copy
+        assert set(u.name for u in new.users) == set(u.name for u in old.users)
+    # the op index is filled: find_nodes sees the copied calls
+    for target in {n.target for n in src.graph.nodes if n.op == "call_function"}:
+        want = [n.name for n in src.graph.find_nodes(op="call_function", target=target)]
+        got = [n.name for n in fast.graph.find_nodes(op="call_function", target=target)]
+        assert got == want
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    for a, b in zip(fast(x, y), src(x, y)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # the copy is independent: erasing in it leaves the source alone
+    n_src = len(src.graph.nodes)
+    sums = fast.graph.find_nodes(op="call_function", target=torch.ops.aten.sum.dim_IntList)
+    assert sums
+    out = fast.graph.output_node()
+    out.args = ((out.args[0][0], out.args[0][0]),)
+    fast.graph.erase_node(sums[0])
+    assert len(src.graph.nodes) == n_src
+
+
+def test_fallback_copy_is_fx_graph_copy(monkeypatch) -> None:
+    ep = torch.export.export(_Block(), (torch.randn(2, 3, 4), torch.randn(2, 3, 4)))
+    fast = copy_graph_module(ep.graph_module)
+    monkeypatch.setattr(_program, "_FAST_COPY", False)
+    slow = copy_graph_module(ep.graph_module)
+    assert _describe(fast.graph) == _describe(slow.graph)
