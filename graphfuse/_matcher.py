@@ -73,6 +73,7 @@ class _State:
         "fast",
         "norm",
         "visits",
+        "done",
     )
 
     def __init__(self, tracer: _Tracer | None, norm: dict | None = None) -> None:
@@ -89,6 +90,7 @@ class _State:
         # node -> normalize(node), shared by the candidates of one sweep (None: no cache)
         self.norm = norm
         self.visits = 0  # pattern nodes visited (added to VISITS when the match ends)
+        self.done: dict[tuple, bool] = {}  # (shared call, node) pairs matched so far
 
     def undo(self, mark: int) -> None:
         trail = self.trail
@@ -224,14 +226,36 @@ def _ids_may(first: _FirstSet, value: Any) -> bool:
     )
 
 
+def _one_way(pat: P.Pattern) -> bool:
+    """A pattern that matches a given value in at most one way (no alt, maybe or
+    commutative call inside)."""
+    kind = type(pat)
+    if kind is P.Literal or kind is P.Wildcard or kind is P.Capture:
+        return True
+    if kind is P.Typed:
+        return _one_way(pat.inner)  # type: ignore[attr-defined]
+    if kind is P.ListOf:
+        return all(_one_way(p) for p in pat.items)  # type: ignore[attr-defined]
+    if kind is P.Call:
+        return not pat.commutative and all(  # type: ignore[attr-defined]
+            _one_way(p)
+            for p in pat.args + tuple(v for _, v in pat.kwargs)  # type: ignore[attr-defined]
+        )
+    return False
+
+
 class _CCall:
-    __slots__ = ("pat", "exact", "packets", "name", "plans")
+    __slots__ = ("pat", "exact", "packets", "name", "plans", "shared")
 
     def __init__(self, pat: P.Call) -> None:
         self.pat = pat
         self.exact, self.packets = _first_set(pat)  # type: ignore[misc]
         self.name = pat.name
         self.plans: dict[int, _Plan] = {}
+        # A named one-way call is a shared node (a traced DAG names nodes used twice):
+        # once it matched a node, meeting it again at that node matches at once, where
+        # re-walking its whole sub-pattern could only bind the same values again.
+        self.shared = pat.name is not None and _one_way(pat)
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         st.visits += 1
@@ -244,9 +268,13 @@ class _CCall:
         ):
             st.fail("target", value, self.pat)
             return False
+        if self.shared and st.fast and (self, value) in st.done:
+            return k()
         mark = len(st.trail)
         if self.name is not None and not _bind(st, self.name, value, where):
             return False
+        if self.shared:
+            st.put(st.done, (self, value), True)
         st.add_node(value)
         norm = st.norm
         if norm is None:
