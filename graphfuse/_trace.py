@@ -69,18 +69,26 @@ def graph_to_patterns(
             return P.ListOf(tuple(conv(x) for x in a))
         return _literal(a, ignore_literals)
 
+    uses: dict[fx.Node, int] = {}  # argument slots reading each node (``a * a``: two)
+
+    def count(a: fx.Node) -> fx.Node:
+        uses[a] = uses.get(a, 0) + 1
+        return a
+
+    for node in graph.nodes:
+        if not is_metadata_assert(node):
+            fx.map_arg((node.args, node.kwargs), count)
     for node in graph.nodes:
         if node.op in ("placeholder", "output") or is_metadata_assert(node):
             continue
         if node.op != "call_function":
             raise ValueError(f"a pattern function may not use {node.op} ({node.name})")
-        real_users = [u for u in node.users if not is_metadata_assert(u)]
         env[node] = P.Call(
             (node.target,),
             tuple(conv(a) for a in node.args),
             tuple((k, conv(v)) for k, v in node.kwargs.items()),
             False,
-            f"_{node.name}" if len(real_users) > 1 else None,
+            f"_{node.name}" if uses.get(node, 0) > 1 else None,
         )
     out = graph.output_node().args[0]
     outs = out if isinstance(out, (list, tuple)) else (out,)

@@ -158,3 +158,32 @@ def test_fake_propagation_is_cached_per_metadata() -> None:
         runner.FakePropagator = real  # type: ignore[assignment]
     assert report.counts["attn_fp8"] == 20
     assert fake.misses == 1 and fake.hits == 19
+
+
+def test_shared_nodes_of_a_traced_pattern_are_walked_once() -> None:
+    """A traced pattern names the nodes it uses twice; the matcher walks the sub-pattern
+    under such a node once per match, not once per use (visits stay linear in the
+    pattern's nodes, not in its paths)."""
+
+    def pattern(x: torch.Tensor) -> torch.Tensor:
+        a = torch.tanh(torch.sin(torch.cos(x)))  # a deep node used four times
+        b = a * a
+        return (b + b).exp()
+
+    def replacement(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+    rule = graphfuse.traced_rule("diamonds", pattern, replacement, [torch.randn(4)])
+
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return pattern(x) + 1
+
+    ep = torch.export.export(M(), (torch.randn(4),))
+    before = matcher.VISITS[0]
+    report = run_rules(ep.graph_module.graph, RuleSet("d", [rule]), dry_run=True)
+    visits = matcher.VISITS[0] - before
+    assert report.counts["diamonds"] == 1
+    # 6 call nodes and one capture: walking every path would visit the cos/sin/tanh
+    # chain 4 times (over 20 visits); each node once (plus its second-use hit) is 10.
+    assert visits <= 12, visits
