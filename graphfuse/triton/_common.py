@@ -155,6 +155,188 @@ def store_attention_out(
         tl.store(sf_ptr + soff, sbits, mask=smask)
 
 
+@triton.jit
+def e4m3_hw(v):
+    """fp32 -> float8_e4m3fn by the hardware ``cvt.rn.satfinite`` (sm_89+): rne, saturating at
+    +-448, NaN kept (as 0x7F) -- bit-identical to ``e4m3_sat`` on the GPU without its clamp."""
+    return v.to(tl.float8e4nv)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def div6_rn(x):
+    """``div_rn(x, 6)`` for x >= 0 by one multiply and two FMAs (a remainder correction).
+
+    Bit-exact for +inf, NaN and every x whose quotient is a normal fp32 (checked exhaustively
+    over all non-negative fp32); for x < 6 * 2**-126 it may be off by one denormal step.
+    """
+    c: tl.constexpr = 0.1666666716337204  # fl32(1/6)
+    q0 = x * c
+    r = tl.fma(q0, -6.0, x)
+    return tl.where(x < float("inf"), tl.fma(r, c, q0), x)  # inf and NaN pass through
+
+
+@triton.jit
+def e2m1_code_fast(v):
+    """``e2m1_code`` (int32 0..15) in 7 ALU operations, bit-identical for every non-NaN v.
+
+    ``code(|v|) = min(rint(2a), rint(a) + 2, rint(a/2) + 4, 7)`` (the e2m1 grid has steps 0.5,
+    1, 2 on [0, 2), [2, 4), [4, 6]; ``rint`` rounds half to even as the NUMERICS table does);
+    each ``rint(y) + k`` is the low bits of ``y + k + 1.5*2**23`` rounded once in fp32.
+    """
+    a = tl.abs(v)
+    m: tl.constexpr = 12582912.0  # 1.5 * 2**23: sums in [2**23, 2**24) round to integers
+    t = tl.minimum(tl.fma(a, 2.0, m), a + (m + 2.0))
+    t = tl.minimum(t, tl.fma(a, 0.5, m + 4.0))
+    t = tl.minimum(t, m + 7.0)
+    mag = t.to(tl.int32, bitcast=True) & 7
+    sign = (v.to(tl.uint32, bitcast=True) >> 28) & 8
+    return mag | sign.to(tl.int32)
+
+
+_E2M1X2_ASM = tl.constexpr(
+    """{
+.reg .b32 h, a, t, u, c;
+cvt.rn.f16x2.f32 h, $2, $1;
+and.b32 a, h, 0x7FFF7FFF;
+mov.b32 c, 0x40004000;
+mov.b32 u, 0x66006600;
+fma.rn.f16x2 t, a, c, u;
+mov.b32 c, 0x66026602;
+add.rn.f16x2 u, a, c;
+min.f16x2 t, t, u;
+mov.b32 c, 0x38003800;
+mov.b32 u, 0x66046604;
+fma.rn.f16x2 u, a, c, u;
+min.f16x2 t, t, u;
+mov.b32 c, 0x66076607;
+min.f16x2 t, t, c;
+and.b32 u, h, 0x80008000;
+shr.b32 u, u, 12;
+or.b32 t, t, u;
+shr.b32 u, t, 12;
+lop3.b32 $0, t, u, 0xF, 0xE4;
+}"""
+)
+
+
+@triton.jit
+def e2m1x2_byte_f16(v0, v1):
+    """The NVFP4 byte of the pair (v0 low nibble, v1 high nibble), fp32 ``[...]`` each, by
+    packed-half arithmetic (inline PTX, sm_80+): ``e2m1_code_fast``'s min formula on the
+    pair rounded to fp16 first, 20 instructions for two elements. The fp16 rounding moves an
+    element across an e2m1 rounding tie only within 2**-11 relative of the tie (one step
+    off); the Triton interpreter cannot run it.
+    """
+    return tl.inline_asm_elementwise(
+        _E2M1X2_ASM, "=r,r,r", [v0, v1], dtype=tl.int32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
+def nvfp4_encode_acc(
+    acc, row_scale, g, NB: tl.constexpr, EXACT_INV: tl.constexpr, F16_CODES: tl.constexpr = False
+):
+    """NVFP4 of the rows ``o = acc * row_scale`` (fp32 ``[R, NB*16]``, ``[R]``, ``row_scale >= 0``):
+    the epilogue form of ``nvfp4_encode_blocks``, about 12 ALU operations per element.
+
+    The NaN-propagating block amax makes a NaN block's scale NaN (written 0x7F); the scale
+    byte is the NUMERICS formula's (``div6_rn``, hardware e4m3 saturation); codes come from
+    ``e2m1_code_fast``. ``EXACT_INV`` computes ``inv = 1 / (sf / g)`` with two ``div_rn`` as
+    written, else ``g * rsqrt(sf * sf)`` (within about 2 ulp). ``inv`` is clamped to
+    FLT_MAX (no ``0 * inf``): differs from the formula only when ``1 / (sf / g)`` overflows,
+    i.e. for ``g > 2**119``. ``F16_CODES``: codes by ``e2m1x2_byte_f16`` (approximate).
+    Returns (packed ``[R, NB*8]`` uint8, scale bytes ``[R, NB]``).
+    """
+    R: tl.constexpr = acc.shape[0]
+    ab = tl.reshape(acc, (R, NB, 16))
+    # block math on [R, NB] with the row scale from the MMA layout: the compiler gives it a
+    # compact layout (4 blocks a thread, not 16); fl(max|a| * s) == max fl(|a| * s), s >= 0
+    amax = tl.reduce(tl.abs(ab), 2, _max_nan) * row_scale[:, None]
+    sf8 = e4m3_hw(g * div6_rn(amax))
+    sf = sf8.to(tl.float32)
+    if EXACT_INV:
+        one = tl.full(sf.shape, 1.0, tl.float32)
+        inv = tl.math.div_rn(one, tl.math.div_rn(sf, one * g))
+    else:  # sf is an e4m3 value: sf * sf is exact and normal, rsqrt is one MUFU op
+        inv = g * tl.math.rsqrt(sf * sf)
+    inv = tl.where(sf == 0.0, 0.0, tl.minimum(inv, 3.4028234663852886e38))
+    # one multiply per element: (acc * row_scale) * inv as acc * (row_scale * inv), <= 1 ulp
+    v = ab * (inv * row_scale[:, None])[:, :, None]
+    if F16_CODES:
+        v0, v1 = tl.split(tl.reshape(v, (R, NB * 8, 2)))
+        packed = e2m1x2_byte_f16(v0, v1).to(tl.uint8)
+    else:
+        lo, hi = tl.split(tl.reshape(e2m1_code_fast(v), (R, NB * 8, 2)))
+        packed = (lo | (hi << 4)).to(tl.uint8)
+    sbits = tl.where(amax != amax, 0x7F, sf8.to(tl.uint8, bitcast=True)).to(tl.uint8)
+    return packed, sbits
+
+
+@triton.jit
+def store_attention_acc(
+    acc,
+    row_scale,
+    out_off,
+    nv_row,
+    nv_col,
+    row_ok,
+    out_ptr,
+    oscale_ptr,
+    sf_ptr,
+    D,
+    NV_K,
+    NV_KBPAD,
+    OUT_KIND: tl.constexpr,
+    DP: tl.constexpr,
+    EXACT_INV: tl.constexpr = True,
+    F16_CODES: tl.constexpr = False,
+):
+    """Writes the attention rows ``acc * row_scale`` (fp32 ``[R, DP]``, ``[R]``) in the requested
+    format; the cheaper form of ``store_attention_out`` (one multiply per element, hardware
+    e4m3 saturation, ``nvfp4_encode_acc``, no 64-bit division for the NVFP4 row).
+
+    ``out_off`` (int64 ``[R]``): each row's element offset in the output layout (OUT_KIND 0
+    and 1); ``nv_row`` / ``nv_col`` (``[R]``): each row's row and first column in the 2-D
+    ``[M, NV_K]`` view (OUT_KIND 2); ``EXACT_INV`` / ``F16_CODES`` as in ``nvfp4_encode_acc``.
+    Other arguments as in ``store_attention_out``.
+    """
+    offs_d = tl.arange(0, DP)
+    if OUT_KIND == 0:
+        mask = row_ok[:, None] & (offs_d[None, :] < D)
+        o = acc * row_scale[:, None]
+        tl.store(
+            out_ptr + out_off[:, None] + offs_d[None, :], o.to(out_ptr.dtype.element_ty), mask=mask
+        )
+    elif OUT_KIND == 1:
+        so = tl.load(oscale_ptr).to(tl.float32)
+        inv = tl.math.div_rn(tl.full([], 1.0, tl.float32), so)
+        mask = row_ok[:, None] & (offs_d[None, :] < D)
+        o = acc * (row_scale * inv)[:, None]
+        tl.store(out_ptr + out_off[:, None] + offs_d[None, :], e4m3_hw(o), mask=mask)
+    else:
+        g = tl.load(oscale_ptr).to(tl.float32)
+        packed, sbits = nvfp4_encode_acc(acc, row_scale, g, DP // 16, EXACT_INV, F16_CODES)
+        nv_row = nv_row.to(tl.int64)
+        offs_j = tl.arange(0, DP // 2)
+        pmask = row_ok[:, None] & (offs_j[None, :] < D // 2)
+        tl.store(
+            out_ptr + nv_row[:, None] * (NV_K // 2) + (nv_col // 2)[:, None] + offs_j[None, :],
+            packed,
+            mask=pmask,
+        )
+        offs_b = tl.arange(0, DP // 16)
+        smask = row_ok[:, None] & (offs_b[None, :] < D // 16)
+        soff = swizzled_offset(
+            nv_row[:, None], (nv_col // 16)[:, None] + offs_b[None, :], NV_KBPAD // 4
+        )
+        tl.store(sf_ptr + soff, sbits, mask=smask)
+
+
 def zero_scale_padding(sf: torch.Tensor, m: int, kblocks: int) -> None:
     """Zeroes the padding bytes of a swizzled block-scale tensor for an ``[m, 16*kblocks]``
     output before a kernel writes its real bytes (stream-ordered; no host sync)."""

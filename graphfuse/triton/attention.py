@@ -8,6 +8,8 @@ FP8 V tile in registers (e4m3 -> fp16 is exact); ``"fast"`` with FP8 v rounds ``
 e4m3 and multiplies on the FP8 tensor cores (the V tile's transpose to K-major happens in
 shared memory inside the kernel: no transposed copy of V in device memory). Causal masks split
 the key loop into unmasked tiles and the diagonal tiles, which alone pay for the mask.
+Variants (lazy rescaling, row sums on the tensor cores, block order, epilogue form, ...) are
+constexpr knobs; ``default_config`` chooses all of them (see the comment above it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import TL_DTYPE, store_attention_out, zero_scale_padding
+from ._common import TL_DTYPE, store_attention_acc, store_attention_out, zero_scale_padding
 
 
 @triton.jit
@@ -52,7 +54,16 @@ def _tile(
     EVEN_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
     WS: tl.constexpr,
+    LAZY: tl.constexpr,
+    FAST_L: tl.constexpr,
+    L_MMA: tl.constexpr,
 ):
+    # FAST: 2**POFF * P in e4m3 (P <= 2**LAZY with a stale max: the product stays <= 256)
+    POFF: tl.constexpr = 8.0 - LAZY
+    # L_MMA: l_i is [BLOCK_M, 16], the row sums of the rounded P by the tensor cores
+    # (fast mode: e4m3 P upcast to fp16, exact; a 16-bit constant tile stays in shared memory)
+    LDT: tl.constexpr = tl.float16 if FAST else PV_DT
+    ones = tl.full([BLOCK_N, 16], 1.0, tl.float32).to(LDT)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         cols = start_n + offs_n
         if BOUNDS or not EVEN_D:
@@ -86,26 +97,54 @@ def _tile(
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
             qk = tl.where(keep, qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1) * sc)
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        if FAST:  # P * 256 (e4m3 keeps small probabilities normal), folded into the exponent
-            p = tl.math.exp2(qk * sc - (m_use - 8.0)[:, None])
+        if LAZY > 0:
+            # lazy rescale: the reference max moves only when some row's max grows by more
+            # than 2**LAZY; the CTA-uniform branch skips the accumulator multiply otherwise
+            grow = m_new > m_i + LAZY
+            if tl.max(grow.to(tl.int32), 0) > 0:
+                alpha = tl.where(grow, tl.math.exp2(m_i - m_new), 1.0)
+                acc = acc * alpha[:, None]
+                if L_MMA:
+                    l_i = l_i * alpha[:, None]
+                else:
+                    l_i = l_i * alpha
+                m_i = tl.where(grow, m_new, m_i)
+            m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+        else:
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if FAST:  # 2**POFF * P (e4m3 keeps small probabilities normal), folded into exp2
+            p = tl.math.exp2(qk * sc - (m_use - POFF)[:, None])
+            p8 = p.to(tl.float8e4nv)
+            if FAST_L:  # the row sum of the rounded P: numerator and denominator agree
+                l_tile = tl.sum(p8.to(tl.float32), 1)
+            else:
+                l_tile = tl.sum(p, 1)
         else:
             p = tl.math.exp2(qk * sc - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+            l_tile = tl.sum(p, 1)
+        if LAZY == 0:
+            alpha = tl.math.exp2(m_i - m_use)
+            if L_MMA:
+                l_i = l_i * alpha[:, None]
+            else:
+                l_i = l_i * alpha + l_tile
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        elif not L_MMA:
+            l_i = l_i + l_tile
+        if L_MMA:
+            l_i = tl.dot(p8.to(LDT) if FAST else p.to(LDT), ones, l_i)
         if BOUNDS or not EVEN_D:
             vmask = (cols[:, None] < SKV) & (offs_d[None, :] < D)
             v = tl.load(v_ptrs + start_n * svs, mask=vmask, other=0.0)
         else:
             v = tl.load(v_ptrs + start_n * svs)
         if FAST:
-            acc = tl.dot(p.to(tl.float8e4nv), v, acc)
+            acc = tl.dot(p8, v, acc)
         elif PV_DT == tl.float32:
             acc = tl.dot(p, v.to(PV_DT), acc, input_precision="ieee")
         else:
             acc = tl.dot(p.to(PV_DT), v.to(PV_DT), acc)
-        m_i = m_new
     return acc, m_i, l_i
 
 
@@ -149,6 +188,10 @@ def _attn_fwd(
     causal_off,
     NV_K,
     NV_KBPAD,
+    nmb,
+    nmh,
+    nms,
+    nch,
     HAS_QS: tl.constexpr,
     HAS_KS: tl.constexpr,
     HAS_VS: tl.constexpr,
@@ -163,9 +206,21 @@ def _attn_fwd(
     BLOCK_N: tl.constexpr,
     DP: tl.constexpr,
     WS: tl.constexpr = False,
+    LAZY: tl.constexpr = 0.0,
+    FAST_L: tl.constexpr = False,
+    REV_M: tl.constexpr = 0,
+    EPI: tl.constexpr = 0,
+    L_MMA: tl.constexpr = False,
 ):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    if REV_M == 2:  # grid (B*H, M blocks): every head's heaviest causal block first
+        pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
+        pid_bh = tl.program_id(0)
+    elif REV_M == 1:  # heaviest causal block of each head first
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+        pid_bh = tl.program_id(1)
+    else:
+        pid_m = tl.program_id(0)
+        pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     hk = h // G
@@ -185,7 +240,10 @@ def _attn_fwd(
     v_ptrs = V + b * svb + hk * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
     mask_ptrs = MASK + b * smb + h * smh + offs_m[:, None] * sms + offs_n[None, :] * smn
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    if L_MMA:
+        l_i = tl.zeros([BLOCK_M, 16], tl.float32)
+    else:
+        l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
     start_m = pid_m * BLOCK_M
     if CAUSAL:
@@ -195,75 +253,78 @@ def _attn_fwd(
     else:
         full_end = SKV // BLOCK_N * BLOCK_N
         hi = SKV
-    acc, m_i, l_i = _tile(
-        q,
-        acc,
-        m_i,
-        l_i,
-        k_ptrs,
-        v_ptrs,
-        mask_ptrs,
-        0,
-        full_end,
-        sks,
-        svs,
-        smn,
-        offs_m,
-        offs_n,
-        offs_d,
-        D,
-        SQ,
-        SKV,
-        qk_scale,
-        causal_off,
-        False,
-        CAUSAL,
-        MASK_KIND,
-        QK_DT,
-        PV_DT,
-        FAST,
-        EVEN_D,
-        BLOCK_N,
-        WS,
-    )
-    acc, m_i, l_i = _tile(
-        q,
-        acc,
-        m_i,
-        l_i,
-        k_ptrs,
-        v_ptrs,
-        mask_ptrs,
-        full_end,
-        hi,
-        sks,
-        svs,
-        smn,
-        offs_m,
-        offs_n,
-        offs_d,
-        D,
-        SQ,
-        SKV,
-        qk_scale,
-        causal_off,
-        True,
-        CAUSAL,
-        MASK_KIND,
-        QK_DT,
-        PV_DT,
-        FAST,
-        EVEN_D,
-        BLOCK_N,
-        WS,
-    )
+    for stage in tl.static_range(2):  # unmasked tiles, then the diagonal / bounds tiles
+        if stage == 0:
+            lo = 0
+            hi_s = full_end
+        else:
+            lo = full_end
+            hi_s = hi
+        acc, m_i, l_i = _tile(
+            q,
+            acc,
+            m_i,
+            l_i,
+            k_ptrs,
+            v_ptrs,
+            mask_ptrs,
+            lo,
+            hi_s,
+            sks,
+            svs,
+            smn,
+            offs_m,
+            offs_n,
+            offs_d,
+            D,
+            SQ,
+            SKV,
+            qk_scale,
+            causal_off,
+            stage == 1,
+            CAUSAL,
+            MASK_KIND,
+            QK_DT,
+            PV_DT,
+            FAST,
+            EVEN_D,
+            BLOCK_N,
+            WS,
+            LAZY,
+            FAST_L,
+            L_MMA,
+        )
+    if L_MMA:
+        l_i = tl.max(l_i, 1)  # 16 equal columns
     o_scale = tl.full([], 1.0, tl.float32)
     if HAS_VS:
         o_scale = tl.load(VS).to(tl.float32)
     inv_l = tl.where(l_i > 0.0, o_scale / l_i, 0.0)
-    o = acc * inv_l[:, None]
     row_off = b * sob + h * soh + offs_m.to(tl.int64) * sos
-    store_attention_out(o, row_off, offs_m < SQ, OUT, OSC, SF, D, NV_K, NV_KBPAD, OUT_KIND, DP)
+    if EPI == 0:
+        o = acc * inv_l[:, None]
+        store_attention_out(o, row_off, offs_m < SQ, OUT, OSC, SF, D, NV_K, NV_KBPAD, OUT_KIND, DP)
+    else:  # 1: exact NVFP4 scale arithmetic, 2: approximate 1 / (sf / g), 3: and f16 codes
+        nv_row = b * nmb + h * nmh + offs_m.to(tl.int64) * nms
+        nv_col = h * nch + tl.zeros([BLOCK_M], tl.int64)
+        store_attention_acc(
+            acc,
+            inv_l,
+            row_off,
+            nv_row,
+            nv_col,
+            offs_m < SQ,
+            OUT,
+            OSC,
+            SF,
+            D,
+            NV_K,
+            NV_KBPAD,
+            OUT_KIND,
+            DP,
+            EPI == 1,
+            EPI == 3,
+        )
 
 
 def _dot_dtypes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, precision: str):
@@ -300,15 +361,63 @@ def out_strides(layout: str, b: int, h: int, s: int, d: int) -> tuple[int, int, 
     return s * h * d, d, h * d  # bshd, bs(hd), (bs)(hd): the same memory order
 
 
-def default_config(qk_dt: torch.dtype, dp: int, sq: int) -> dict:
-    """Block shapes / warps / stages for a head dim ``dp`` (tuned on an H200)."""
+def nvfp4_row_strides(layout: str, h: int, s: int, d: int) -> tuple[int, int, int, int]:
+    """(b, h, s) strides of a row's index in the 2-D NVFP4 view ``[M, K]`` of ``layout``, and
+    the h stride of its first column (``nvfp4_rows_cols``: K is the layout's last dim)."""
+    if layout == "bhsd":
+        return h * s, s, 1, 0
+    if layout == "bshd":
+        return s * h, 1, h, 0
+    return s, 0, 1, d  # bs(hd), (bs)(hd)
+
+
+# Knobs of the prefill kernel (``_attn_fwd`` constexprs and launch options) with what they
+# do; ``default_config`` is the one place their defaults are chosen.
+#   BLOCK_M, BLOCK_N, num_warps, num_stages: tile shape and pipelining
+#   WS: ``tl.range(warp_specialize=...)`` on the key loop
+#   LAZY: 0 rescales the accumulator on every key tile (FlashAttention-2); t > 0 moves a row's
+#         reference max only when it grows by more than 2**t (P <= 2**t, exact after the final
+#         division) behind a CTA-uniform branch, so most tiles skip the accumulator multiply.
+#         Fast mode allows t <= 8 but loses accuracy (the row max's P is no longer exactly
+#         2**(8-t) in e4m3; interpreter: RMSE ratio up to +0.09 on masked cases)
+#   FAST_L: fast mode: the row sum taken over the e4m3-rounded P instead of the exact P
+#   L_MMA: the row sums by the tensor cores (``P @ ones[BLOCK_N, 16]``, fp32 accumulation) of
+#          the rounded P that the P·V product uses (so FAST_L in fast mode), not per element
+#   REV_M: 0 query blocks in order; 1 each head's last (heaviest causal) block first;
+#          2 all heads' last blocks first (grid (B*H, M blocks))
+#   EPI: 0 ``store_attention_out``; 1 ``store_attention_acc`` (exact NVFP4 scale arithmetic);
+#        2 the same with ``inv = g * rsqrt(sf * sf)``; 3: 2 with packed-half e2m1 codes
+#   V16: host side, default precision with FP8 v: upcast v to fp16 once per call (exact) so
+#        the kernel streams fp16 V tiles instead of converting each tile in registers
+KERNEL_KNOBS = ("WS", "LAZY", "FAST_L", "L_MMA", "REV_M", "EPI")
+HOST_KNOBS = ("V16",)
+
+
+def default_config(
+    qk_dt: torch.dtype,
+    dp: int,
+    sq: int,
+    *,
+    fast: bool = False,
+    out_kind: int = 1,
+    mask_kind: int = 0,
+) -> dict:
+    """Every knob of a prefill launch (tuned on an H200); ``attention_into``'s ``config``
+    entries override them. See ``KERNEL_KNOBS`` / ``HOST_KNOBS`` above."""
+    cfg = dict(WS=False, LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False)
     if sq <= 16:
-        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
-    if qk_dt == torch.float8_e4m3fn:
-        return dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
-    if qk_dt == torch.float32:
-        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64 if dp > 64 else 128, num_warps=8, num_stages=3)
+        cfg.update(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
+    elif qk_dt == torch.float8_e4m3fn:
+        cfg.update(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
+    elif qk_dt == torch.float32:
+        cfg.update(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+    else:
+        cfg.update(BLOCK_M=128, BLOCK_N=64 if dp > 64 else 128, num_warps=8, num_stages=3)
+    if out_kind == 2 and sq > 16 and not mask_kind:  # H200 sweep: wider key tiles
+        cfg["BLOCK_N"] = 128
+    if mask_kind:  # mask tiles are pipelined too: keep shared memory in bounds
+        cfg.update(BLOCK_M=min(cfg["BLOCK_M"], 64), BLOCK_N=64, num_warps=4, num_stages=2)
+    return cfg
 
 
 def attention_into(
@@ -337,7 +446,7 @@ def attention_into(
         out_kind: 0 wide, 1 FP8, 2 NVFP4.
         out_scale: FP8 dequant scale s_o or NVFP4 encode global scale g.
         sf: NVFP4 swizzled block scales (float8_e4m3fn), padding zeroed here.
-        config: override of the block shapes (benchmark sweeps).
+        config: overrides of ``default_config``'s knobs (benchmark sweeps).
     """
     b, h, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
@@ -346,13 +455,19 @@ def attention_into(
     qk_dt, pv_dt, fast = _dot_dtypes(q, k, v, precision)
     dp = max(16, triton.next_power_of_2(d))
     mask_kind, mask, mstr = _mask_args(attn_mask, b, h, sq, skv, q)
-    cfg = default_config(qk_dt, dp, sq)
-    if out_kind == 2 and sq > 16 and not mask_kind:  # H200 sweep: wider key tiles
-        cfg["BLOCK_N"] = 128
-    if mask_kind:  # mask tiles are pipelined too: keep shared memory in bounds
-        cfg = dict(BLOCK_M=min(cfg["BLOCK_M"], 64), BLOCK_N=64, num_warps=4, num_stages=2)
+    cfg = default_config(qk_dt, dp, sq, fast=fast, out_kind=out_kind, mask_kind=mask_kind)
     cfg.update(config or {})
+    if cfg.pop("V16") and v.dtype == torch.float8_e4m3fn and not fast:
+        v = v.to(torch.float16)  # exact; keeps v's strides
+        pv_dt = torch.float16
+    if not fast:
+        cfg["FAST_L"] = False
+    if pv_dt == torch.float32 and not fast:
+        cfg["L_MMA"] = False
+    if fast and cfg["LAZY"] > 8:
+        raise ValueError(f"fast mode needs LAZY <= 8 (2**LAZY * 2**(8-LAZY) <= 448), got {cfg}")
     sob, soh, sos = out_strides(layout, b, h, sq, d)
+    nmb, nmh, nms, nch = nvfp4_row_strides(layout, h, sq, d)
     nv_k, nv_kbpad = d, 4
     if out_kind == 2:
         nv_k = out.shape[1] * 2
@@ -360,7 +475,8 @@ def attention_into(
         zero_scale_padding(sf, out.shape[0], nv_k // 16)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     causal_off = 0 if causal != "bottom_right" else skv - sq
-    grid = (triton.cdiv(sq, cfg["BLOCK_M"]), b * h)
+    nm = triton.cdiv(sq, cfg["BLOCK_M"])
+    grid = (b * h, nm) if cfg["REV_M"] == 2 else (nm, b * h)
     _attn_fwd[grid](
         q,
         k,
@@ -388,6 +504,10 @@ def attention_into(
         causal_off,
         nv_k,
         nv_kbpad,
+        nmb,
+        nmh,
+        nms,
+        nch,
         HAS_QS=q_scale is not None,
         HAS_KS=k_scale is not None,
         HAS_VS=v_scale is not None,

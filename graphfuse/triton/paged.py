@@ -9,6 +9,38 @@ import torch
 from .decode import decode_into
 
 
+def paged_config(b: int, hq: int, hkv: int, max_ctx: int, d: int, block_size: int) -> dict:
+    """The decode kernel configuration for a paged shape (shapes only, so CUDA graphs see
+    one launch per shape): the knobs of :func:`decode_into` (``kernel``, ``block_n``,
+    ``splits``, ``num_warps``, ``num_stages``, ``prefetch``, ``trans``, ``bt_ahead``, ...);
+    knobs left out take ``decode_into``'s shape-based defaults.
+
+    Set from ``benchmarks/decode_sweep.py`` on an H200 (2026-12-03, its suggested configs):
+    every row reads the block table one tile ahead (``bt_ahead``) so Triton's pipeliner
+    keeps 2+ K/V tiles in flight.
+
+    Example:
+        >>> paged_config(64, 32, 8, 4096, 128, 16)["block_n"]
+        128
+    """
+    programs = b * hkv
+    if programs >= 256 and max_ctx >= 2048:  # long contexts, full grid: 1 split, wide tiles
+        return dict(_LONG)
+    if programs >= 256:  # B=128 ctx 1k: the shape-based default measured best
+        return {"kernel": "head"}
+    if programs > 8:  # B ~ 8: one tile-ahead table read, KV head fastest in the grid
+        return dict(_SMALL)
+    return dict(_TINY)  # B = 1: register double-buffering, 8 warps
+
+
+_LONG = {"kernel": "head", "block_n": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True,
+         "prefetch": False, "splits": 1}  # fmt: skip
+_SMALL = {"kernel": "head", "block_n": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True,
+          "prefetch": False, "head_major": True}  # fmt: skip
+_TINY = {"kernel": "head", "block_n": 64, "num_warps": 8, "num_stages": 1, "bt_ahead": True,
+         "prefetch": True}  # fmt: skip
+
+
 def paged_into(
     q,
     kv_cache,
@@ -25,10 +57,13 @@ def paged_into(
     **overrides,
 ) -> None:
     """Launches paged decode attention into ``out`` (``[B, Hq, D]``, or NVFP4 packed
-    ``[B, Hq*D/2]`` with ``sf``); ``overrides`` go to :func:`decode_into`."""
+    ``[B, Hq*D/2]`` with ``sf``) with :func:`paged_config`'s configuration; ``overrides``
+    (the knobs of :func:`decode_into`) replace its entries."""
     b, hq, d = q.shape
     k = kv_cache[:, 0]
     v = kv_cache[:, 1]
+    cfg = paged_config(b, hq, k.shape[2], block_tables.shape[1] * k.shape[1], d, k.shape[1])
+    cfg.update(overrides)
     decode_into(
         q,
         k,
@@ -44,7 +79,7 @@ def paged_into(
         sf,
         block_tables=block_tables,
         seq_lens=seq_lens,
-        **overrides,
+        **cfg,
     )
 
 

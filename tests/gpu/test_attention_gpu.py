@@ -14,7 +14,17 @@ from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
 from graphfuse.testing_numerics import assert_fp8_close, assert_nvfp4_close
 
-from ._accept import check_fp8
+from ._accept import check_fp8, fp8_stats
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from graphfuse.triton._common import (  # noqa: E402
+    div6_rn,
+    e2m1_code,
+    e2m1_code_fast,
+    e2m1x2_byte_f16,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -68,8 +78,9 @@ def _cases(n: int, seed: int):
         )
 
 
-def run_case(c: dict, precision: str = "default") -> None:
-    """Checks one case in all three output formats (poisoned outputs)."""
+def run_case(c: dict, precision: str = "default", config: dict | None = None) -> None:
+    """Checks one case in all three output formats (poisoned outputs); ``config`` overrides
+    the prefill kernel's knobs (``graphfuse.triton.attention.default_config``)."""
     from graphfuse.ops._attention_args import nvfp4_rows_cols, out_shape
     from graphfuse.triton.attention_ops import run
 
@@ -83,7 +94,7 @@ def run_case(c: dict, precision: str = "default") -> None:
     shape = out_shape(c["layout"], b, hq, sq, d)
     # 16-bit output
     o16 = torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
-    run(*args, o16, 0)
+    run(*args, o16, 0, config=config)
     err = ((o16.float() - wide).norm() / wide.norm().clamp_min(1e-30)).item()
     fast = precision == "fast" and c["dtype"] == FP8
     # 16-bit probabilities: ~1e-2 relative; FP8 probabilities (fast): ~2-3e-2
@@ -94,14 +105,15 @@ def run_case(c: dict, precision: str = "default") -> None:
     # FP8 output
     s_o = torch.tensor([amax / 448.0], device="cuda")
     o8 = torch.full(shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
-    run(*args, o8, 1, s_o)
+    run(*args, o8, 1, s_o, config=config)
     ref8 = fp8_static_quant_ref(wide, s_o)
     if fast:
         check_fp8(o8, ref8, wide, s_o.item(), fast=True)
     else:
         assert_fp8_close(o8, ref8, wide, s_o, min_equal=0.90)
-    op8 = torch.ops.graphfuse.attention_fp8(*args, s_o)
-    assert torch.equal(op8.view(torch.uint8), o8.view(torch.uint8))
+    if config is None:  # the op runs the default knobs
+        op8 = torch.ops.graphfuse.attention_fp8(*args, s_o)
+        assert torch.equal(op8.view(torch.uint8), o8.view(torch.uint8))
     # NVFP4 output
     if d % 16 == 0:
         m, kk = nvfp4_rows_cols(c["layout"], b, hq, sq, d)
@@ -113,7 +125,7 @@ def run_case(c: dict, precision: str = "default") -> None:
             dtype=torch.uint8,
             device="cuda",
         ).view(FP8)
-        run(*args, pk, 2, g, sf)
+        run(*args, pk, 2, g, sf, config=config)
         rp, rs = nvfp4_quant_ref(wide.reshape(m, kk), g, swizzle=True)
         assert_nvfp4_close(
             pk,
@@ -134,15 +146,129 @@ def test_attention_matches_reference(seed: int) -> None:
 
 
 @pytest.mark.xfail(
-    reason="known gap (H200, 2026-12-02): fast mode (FP8 P) measured 61.4% equal bytes and "
-    "RMSE ratio 1.30 on seed 3, over NUMERICS.md's 1.25; see docs/gpu.md",
+    reason="known gap: fast mode (FP8 P) misses NUMERICS.md's RMSE ratio 1.25 on mostly "
+    "non-causal shapes (H200 2026-12-02: 1.30 on seed 3's Sq=200 Skv=130 D=64; the Triton "
+    "interpreter reproduces it and finds 1.26-1.31 on 7 of the 26 prefill cases of seeds 0-2, "
+    "4, 5; FAST_L / L_MMA: -0.005 to -0.01): e4m3 P has the output quantizer's own 3-bit "
+    "relative precision; see docs/gpu.md",
     strict=False,
 )
-@pytest.mark.parametrize("seed", [3])
-def test_attention_fast_mode(seed: int) -> None:
+@pytest.mark.parametrize("knobs", [None, dict(FAST_L=True)], ids=["default", "fast_l"])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_attention_fast_mode(seed: int, knobs) -> None:
     for c in _cases(6, seed):
         c["dtype"] = FP8
-        run_case(c, precision="fast")
+        run_case(c, precision="fast", config=knobs)
+
+
+def _fast_stats(c: dict, knobs: dict | None) -> dict:
+    """FP8-out statistics and the 16-bit output's max error / amax of one fast-mode case."""
+    from graphfuse.ops._attention_args import out_shape
+    from graphfuse.triton.attention_ops import run
+
+    gen = torch.Generator().manual_seed(c["seed"])
+    b, hq, sq, d = c["b"], c["hq"], c["sq"], c["d"]
+    q, k, v, qs, ks, vs = make_inputs(b, hq, c["hkv"], sq, c["skv"], d, FP8, gen)
+    mask = make_mask(c["mask"], b, hq, sq, c["skv"], gen)
+    args = (q, k, v, qs, ks, vs, mask, c["causal"], None, c["layout"], "fast")
+    wide = attention_fp32(*args, compute_dtype=torch.float64).float()
+    amax = max(wide.abs().max().item(), 1e-6)
+    shape = out_shape(c["layout"], b, hq, sq, d)
+    o16 = torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    run(*args, o16, 0, config=knobs)
+    s_o = torch.tensor([amax / 448.0], device="cuda")
+    o8 = torch.full(shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    run(*args, o8, 1, s_o, config=knobs)
+    st = fp8_stats(o8, fp8_static_quant_ref(wide, s_o), wide, s_o.item())
+    st["max16"] = (o16.float() - wide).abs().max().item() / amax
+    return st
+
+
+@pytest.mark.parametrize(
+    "knobs", [dict(FAST_L=True), dict(L_MMA=True), dict(L_MMA=True, EPI=3, REV_M=2)]
+)
+def test_attention_fast_knobs(knobs: dict) -> None:
+    """Fast-mode knobs are as accurate as the default fast mode (FP8 bytes) and keep
+    NUMERICS.md's per-element bound (2.5% of amax) on the 16-bit output."""
+    for c in _cases(6, 0):
+        base, st = _fast_stats(c, None), _fast_stats(c, knobs)
+        assert st["nan"] == 0 and st["max16"] <= 0.025, (c, st)
+        assert st["rmse_ratio"] <= base["rmse_ratio"] + 0.02, (c, base, st)
+        assert st["equal"] >= base["equal"] - 0.02, (c, base, st)
+
+
+# every kernel knob of graphfuse/triton/attention.py against the reference (the defaults
+# are covered above); the sweep (benchmarks/prefill_sweep.py) times them
+KNOBS = [
+    dict(LAZY=8.0),
+    dict(L_MMA=True),
+    dict(L_MMA=True, LAZY=8.0, EPI=2, REV_M=1),
+    dict(EPI=1),
+    dict(EPI=2),
+    dict(EPI=3),
+    dict(REV_M=1),
+    dict(REV_M=2, LAZY=4.0, EPI=2),
+    dict(V16=True),
+    dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, LAZY=8.0),
+]
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: "-".join(f"{a}{b}" for a, b in k.items()))
+def test_attention_knobs(knobs: dict) -> None:
+    for c in _cases(4, 11):
+        run_case(c, config=knobs)
+
+
+@triton.jit
+def _helpers_kernel(X, C_REF, C_FAST, Q_REF, Q_FAST, BYTE, N, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < N
+    x = tl.load(X + offs, mask=m)
+    tl.store(C_REF + offs, e2m1_code(x), mask=m)
+    tl.store(C_FAST + offs, e2m1_code_fast(x), mask=m)
+    ax = tl.abs(x)
+    tl.store(Q_REF + offs, tl.math.div_rn(ax, tl.full(ax.shape, 6.0, tl.float32)), mask=m)
+    tl.store(Q_FAST + offs, div6_rn(ax), mask=m)
+    pairs = tl.program_id(0) * (BLOCK // 2) + tl.arange(0, BLOCK // 2)
+    pm = pairs < N // 2
+    v0 = tl.load(X + 2 * pairs, mask=pm)
+    v1 = tl.load(X + 2 * pairs + 1, mask=pm)
+    tl.store(BYTE + pairs, e2m1x2_byte_f16(v0, v1), mask=pm)
+
+
+def test_epilogue_helpers_exact() -> None:
+    """``e2m1_code_fast`` / ``div6_rn`` are bit-identical to ``e2m1_code`` / ``div_rn`` (all
+    values near the e2m1 ties and random magnitudes); the packed-half codes of EPI=3 are off
+    by at most one step, and only within 2**-11 relative of a tie."""
+    gen = torch.Generator().manual_seed(0)
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    near = (ties.view(torch.int32)[:, None] + torch.arange(-300, 300)).view(torch.float32)
+    rand = torch.randn(200_000, generator=gen) * torch.exp2(
+        torch.rand(200_000, generator=gen) * 40 - 20
+    )
+    x = torch.cat([near.flatten(), rand, torch.tensor([0.0, -0.0, float("inf"), 1e-40, 6.0, 7.0])])
+    x = torch.cat([x, -x]).cuda()
+    x = x[: x.numel() // 2 * 2]
+    n = x.numel()
+    c_ref, c_fast = (torch.empty(n, dtype=torch.int32, device="cuda") for _ in range(2))
+    q_ref, q_fast = torch.empty_like(x), torch.empty_like(x)
+    byte_f16 = torch.empty(n // 2, dtype=torch.int32, device="cuda")
+    _helpers_kernel[(triton.cdiv(n, 1024),)](
+        x, c_ref, c_fast, q_ref, q_fast, byte_f16, n, BLOCK=1024
+    )
+    assert torch.equal(c_ref, c_fast)
+    ax = x.abs()
+    normal = ax >= 6 * 2.0**-126
+    assert torch.equal(q_ref.view(torch.int32)[normal], q_fast.view(torch.int32)[normal])
+    want = (c_ref[0::2] | (c_ref[1::2] << 4)) & 0xFF
+    got = byte_f16.to(torch.int32) & 0xFF
+    for sh, xs in ((0, x[0::2]), (4, x[1::2])):
+        r, g = (want >> sh) & 15, (got >> sh) & 15
+        bad = r != g
+        if bad.any():
+            assert ((r[bad] & 7) - (g[bad] & 7)).abs().max().item() == 1
+            rel = (xs[bad].abs()[:, None].cpu() / ties[None, :] - 1).abs().min(1).values
+            assert rel.max().item() <= 2.0**-11, rel.max().item()
 
 
 def test_attention_wide_dtypes() -> None:

@@ -64,7 +64,7 @@ def _cases(n: int, seed: int):
         )
 
 
-def run_case(c: dict) -> None:
+def run_case(c: dict, ov: dict | None = None) -> None:
     from graphfuse.triton.paged import paged_into
 
     gen = torch.Generator().manual_seed(c["seed"])
@@ -74,7 +74,7 @@ def run_case(c: dict) -> None:
     args = (q, cache, tables, lens, None, ks, vs, None)
     wide = paged_decode_fp32(*args)
     amax = max(wide.abs().max().item(), 1e-6)
-    ov = dict(splits=c["splits"], prefetch=c["prefetch"])
+    ov = dict(splits=c["splits"], prefetch=c["prefetch"], **(ov or {}))
     o16 = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
     paged_into(*args, o16, 0, **ov)
     err = ((o16.float() - wide).norm() / wide.norm().clamp_min(1e-30)).item()
@@ -102,6 +102,39 @@ def run_case(c: dict) -> None:
 def test_paged_decode_matches_reference(seed: int) -> None:
     for c in _cases(5, seed):
         run_case(c)
+
+
+# kernel variants (decode.py knobs; benchmarks/decode_sweep.py times them)
+VARIANTS = [
+    dict(bt_ahead=True, num_stages=4),
+    dict(bt_ahead=True, num_stages=3, block_n=128, num_warps=8),
+    dict(bt_ahead=True, num_stages=4, block_n=32),
+    dict(trans=True, bt_ahead=True, num_stages=3),
+    dict(head_major=True, bt_ahead=True),
+    dict(block_n=16, one_page=True, bt_ahead=True),
+    dict(kernel="seq"),
+    dict(kernel="seq", trans=True, num_stages=2),
+    dict(kernel="seq", block_n=32, bt_ahead=True, num_stages=3),
+    dict(sf_pad=False),
+]
+
+
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+def test_paged_decode_variants(variant: int) -> None:
+    for c in _cases(3, 100 + variant):
+        ov = dict(VARIANTS[variant])
+        if "prefetch" in ov or "num_stages" in ov:
+            c["prefetch"] = ov.pop("prefetch", False)
+        run_case(c, ov)
+
+
+@pytest.mark.parametrize("kernel", ["head", "seq"])
+def test_paged_decode_nvfp4_scale_padding(kernel: str) -> None:
+    """Padding rows of a second 128-row scale tile (zeroed in the kernel) and padding
+    columns (Hq*D/16 not a multiple of 4: the memset path)."""
+    for b, hq, hkv, d in ((130, 2, 1, 32), (3, 3, 1, 16)):
+        c = dict(b=b, hq=hq, hkv=hkv, d=d, block=16, max_blocks=3, kv=FP8, splits=None)
+        run_case(dict(c, prefetch=None, seed=b), dict(kernel=kernel))
 
 
 def test_paged_decode_ops_match_cpu_kernel() -> None:
