@@ -181,19 +181,6 @@ def _first_set(pat: P.Pattern) -> _FirstSet:
     return fs
 
 
-def _may_match(pat: P.Pattern, value: Any) -> bool:
-    """False when ``pat`` certainly fails on ``value`` (its root op is not the target)."""
-    fs = _first_set(pat)
-    if fs is None:
-        return True
-    if not isinstance(value, fx.Node) or value.op != "call_function":
-        return False
-    t = value.target
-    if id(t) in fs[0]:
-        return True
-    return bool(fs[1]) and id(getattr(t, "overloadpacket", None)) in fs[1]
-
-
 # --------------------------------------------------------------------------- the engine
 # Every pattern is compiled once into a tree of matcher objects (one per pattern node,
 # shared sub-patterns compiled once) holding what matching needs at hand: target ids,
