@@ -21,6 +21,7 @@ import datetime
 import json
 import multiprocessing as mp
 import os
+import re
 import statistics
 import sys
 import time
@@ -46,6 +47,7 @@ NOLAZY = dict(L_MMA=True, REV_M=1, EPI=2)
 COMBO = dict(NOLAZY, LAZY=8.0)
 FCOMBO = dict(REV_M=1, EPI=2)  # fast mode: no LAZY (a stale max costs the max P exactness)
 V16 = dict(V16=True)
+TMA = dict(TMA=True)
 Q = True  # also in --quick
 
 # row: inputs, precision, out kind, baseline (a timer, or "fp8": the FP8-out time at the
@@ -60,14 +62,23 @@ ROWS = {
         ("lazy", dict(LAZY=8.0), Q), ("lmma", LM, Q), ("rev1", dict(REV_M=1), Q),
         ("rev2", dict(REV_M=2), False), ("epi2", dict(EPI=2), False), ("combo", COMBO, Q),
         ("combo_nolazy", NOLAZY, Q), ("m64_combo", {**C64, **COMBO}, Q),
-        ("bn128_combo", dict(BLOCK_N=128, num_stages=2, **COMBO), False)]),
+        ("bn128_combo", dict(BLOCK_N=128, num_stages=2, **COMBO), False),
+        ("tma", TMA, Q), ("tma_ws1", dict(TMA, WS=1), Q), ("tma_ws2", dict(TMA, WS=2), Q),
+        ("tma_bn128", dict(TMA, BLOCK_N=128), Q),
+        ("tma_bn128_ws1", dict(TMA, BLOCK_N=128, WS=1), Q),
+        ("tma_s2", dict(TMA, num_stages=2), Q), ("tma_s4", dict(TMA, num_stages=4), Q),
+        ("tma_w4_ws1", dict(TMA, BLOCK_N=128, num_warps=4, WS=1), Q),
+        ("tma_w4_ws1_s2", dict(TMA, BLOCK_N=128, num_warps=4, num_stages=2, WS=1), Q),
+        ("tma_lmma", dict(TMA, L_MMA=True), Q)]),
     "fp8": dict(inputs="fp8", precision="default", kind=1, baseline="sdpa_quant", target=0.95,
                 stretch=1.1, variants=[
         ("default", {}, Q), ("v16", V16, Q), ("lazy", dict(LAZY=8.0), Q), ("lmma", LM, Q),
         ("rev1", dict(REV_M=1), False), ("rev2", dict(REV_M=2), False), ("epi2", dict(EPI=2), Q),
         ("bn64", dict(BLOCK_N=64), False), ("m64", C64, False), ("m64_n128", C64N, False),
         ("combo", COMBO, Q), ("combo_nolazy", NOLAZY, Q), ("v16_combo", {**V16, **COMBO}, Q),
-        ("m64_combo", {**C64, **COMBO}, Q), ("v16_m64_combo", {**V16, **C64, **COMBO}, False)]),
+        ("m64_combo", {**C64, **COMBO}, Q), ("v16_m64_combo", {**V16, **C64, **COMBO}, False),
+        ("tma", TMA, Q), ("tma_ws1", dict(TMA, WS=1), Q), ("tma_bn64", dict(TMA, BLOCK_N=64), Q),
+        ("tma_v16", dict(TMA, V16=True), Q), ("tma_v16_ws1", dict(TMA, V16=True, WS=1), Q)]),
     "fp8_vT": dict(inputs="fp8_vT", precision="default", kind=1, baseline="sdpa_quant",
                    target=0.95, stretch=1.1, variants=[("default", {}, Q), ("combo", COMBO, Q)]),
     "fast_vT": dict(inputs="fp8_vT", precision="fast", kind=1, baseline="sdpa_quant", target=1.2,
@@ -79,7 +90,7 @@ ROWS = {
         ("combo_lmma", dict(FCOMBO, L_MMA=True), Q)]),
     "nvfp4": dict(inputs="fp8", precision="default", kind=2, baseline="fp8", target=1.05,
                   stretch=None, variants=[
-        ("default", {}, Q, "default"), ("epi1", dict(EPI=1), False, "epi2"),
+        ("default", {}, Q, "default"), ("tma", TMA, Q, "tma"), ("epi1", dict(EPI=1), False, "epi2"),
         ("epi2", dict(EPI=2), Q, "epi2"), ("epi3", dict(EPI=3), Q, "epi2"),
         ("combo_epi3", {**COMBO, "EPI": 3}, Q, "combo"),
         ("combo_nolazy_epi3", {**NOLAZY, "EPI": 3}, False, "combo_nolazy"),
@@ -295,13 +306,16 @@ class Family:
             return nvfp4_stats(*args)
 
 
-def variant_list(quick: bool) -> list[tuple]:
-    """(row, variant, knobs, partner) in sweep order (defaults and quick ones first)."""
+def variant_list(quick: bool, only: str | None = None) -> list[tuple]:
+    """(row, variant, knobs, partner) in sweep order (defaults and quick ones first); ``only``:
+    a regex the ``row/variant`` name must match."""
     out = []
     for first in (True, False):
         for row, spec in ROWS.items():
             for v in spec["variants"]:
                 name, cfg, in_quick = v[:3]
+                if only and not re.search(only, f"{row}/{name}"):
+                    continue
                 if (in_quick if first else not in_quick) and (in_quick or not quick):
                     out.append((row, name, cfg, v[3] if len(v) > 3 else None))
     return out
@@ -380,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--only", default=None, help="regex over row/variant names to sweep")
+    ap.add_argument("--no-study", action="store_true", help="skip the fast-mode accuracy study")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     end = t0 + args.budget
@@ -404,13 +420,13 @@ def main(argv: list[str] | None = None) -> int:
         },
         "rows": {r: {} for r in ROWS},
     }
-    variants = variant_list(args.quick)
+    variants = variant_list(args.quick, args.only)
     # 1. compile every variant in parallel (kernels land in Triton's cache)
     jobs = [("quant", "", 0, {}, False)]
     for row, _name, cfg, _p in variants:
         spec = ROWS[row]
         jobs.append((spec["inputs"], spec["precision"], spec["kind"], cfg, False))
-    for _name, cfg in STUDY:
+    for _name, cfg in [] if args.no_study else STUDY:
         jobs += [("fp8", "fast", 1, cfg, True), ("fp8", "fast", 0, cfg, True)]
         jobs += [("fp8_vT", "fast", 0, cfg, False)]
     uniq = list({json.dumps(j, sort_keys=True, default=str): j for j in jobs}.values())
@@ -428,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     timers = {"sdpa": sdpa, "sdpa_quant": lambda: quant(sdpa(), s_b)}
     result["sdpa_backend"] = sname
     # 3. numerics of every variant (compile errors and failures are recorded, not fatal)
-    reserve = 30.0 + (0 if args.quick else 20.0)  # timing rounds + the fast study
+    reserve = 30.0 + (0 if args.quick or args.no_study else 20.0)  # timing rounds + the fast study
     for row, name, cfg, partner in variants:
         spec = ROWS[row]
         rec = result["rows"][row].setdefault(name, {"config": cfg, "partner": partner})
@@ -501,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     # 5. fast-mode accuracy study
     del fams
     torch.cuda.empty_cache()
-    fast_study(result, path, end - 5, args.quick)
+    if not args.no_study:
+        fast_study(result, path, end - 5, args.quick)
     result["elapsed_s"] = time.monotonic() - t0
     write(path, result)
     print_table(result)

@@ -53,6 +53,7 @@ def attention_fp32(
     precision: str = "default",
     *,
     compute_dtype: torch.dtype = torch.float32,
+    fp8_p: bool = False,
 ) -> torch.Tensor:
     """The wide attention output, in ``layout``, computed in ``compute_dtype``.
 
@@ -65,6 +66,10 @@ def attention_fp32(
         layout: ``"bhsd"``, ``"bshd"``, ``"bs(hd)"`` or ``"(bs)(hd)"``.
         precision: ``"default"`` or ``"fast"`` (the reference is the same for both).
         compute_dtype: float32 (default) or float64.
+        fp8_p: round the probabilities as fast mode does (``256 * P`` to e4m3, P relative to
+            the exact row max) before ``P @ V``; the denominator stays the exact row sum. The
+            format's own error, for judging a fast-mode kernel (which rounds against its
+            running max instead); not an op's reference.
 
     Returns:
         The attention output in ``compute_dtype`` and ``layout``; rows whose every key is
@@ -92,6 +97,8 @@ def attention_fp32(
     m = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
     p = torch.exp(logits - m)
     denom = p.sum(dim=-1, keepdim=True)
+    if fp8_p:
+        p = (p * 256).to(torch.float8_e4m3fn).to(compute_dtype) / 256
     out = (p @ vf) / torch.where(denom > 0, denom, torch.ones_like(denom))
     out = torch.where(denom > 0, out, torch.zeros_like(out))
     return to_layout(out, layout)

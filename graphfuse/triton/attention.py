@@ -57,7 +57,9 @@ def _tile(
     LAZY: tl.constexpr,
     FAST_L: tl.constexpr,
     L_MMA: tl.constexpr,
+    TMA: tl.constexpr,
 ):
+    # TMA: k_ptrs / v_ptrs are tensor descriptors of [SKV, D] (rows past SKV read as zeros)
     # FAST: 2**POFF * P in e4m3 (P <= 2**LAZY with a stale max: the product stays <= 256)
     POFF: tl.constexpr = 8.0 - LAZY
     # L_MMA: l_i is [BLOCK_M, 16], the row sums of the rounded P by the tensor cores
@@ -66,7 +68,9 @@ def _tile(
     ones = tl.full([BLOCK_N, 16], 1.0, tl.float32).to(LDT)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         cols = start_n + offs_n
-        if BOUNDS or not EVEN_D:
+        if TMA:
+            k = tl.trans(k_ptrs.load([start_n, 0]))
+        elif BOUNDS or not EVEN_D:
             kmask = (offs_d[:, None] < D) & (cols[None, :] < SKV)
             k = tl.load(k_ptrs + start_n * sks, mask=kmask, other=0.0)
         else:
@@ -134,7 +138,9 @@ def _tile(
             l_i = l_i + l_tile
         if L_MMA:
             l_i = tl.dot(p8.to(LDT) if FAST else p.to(LDT), ones, l_i)
-        if BOUNDS or not EVEN_D:
+        if TMA:
+            v = v_ptrs.load([start_n, 0])
+        elif BOUNDS or not EVEN_D:
             vmask = (cols[:, None] < SKV) & (offs_d[None, :] < D)
             v = tl.load(v_ptrs + start_n * svs, mask=vmask, other=0.0)
         else:
@@ -211,6 +217,7 @@ def _attn_fwd(
     REV_M: tl.constexpr = 0,
     EPI: tl.constexpr = 0,
     L_MMA: tl.constexpr = False,
+    TMA: tl.constexpr = False,
 ):
     if REV_M == 2:  # grid (B*H, M blocks): every head's heaviest causal block first
         pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -236,8 +243,16 @@ def _attn_fwd(
         qk_scale = qk_scale * tl.load(QS).to(tl.float32)
     if HAS_KS:
         qk_scale = qk_scale * tl.load(KS).to(tl.float32)
-    k_ptrs = K + b * skb + hk * skh + offs_d[:, None] * skd + offs_n[None, :] * sks
-    v_ptrs = V + b * svb + hk * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
+    if TMA:  # in-kernel TMA descriptors of this (batch, KV head)'s [SKV, D] K and V
+        k_ptrs = tl.make_tensor_descriptor(
+            K + b * skb + hk * skh, [SKV, D], [sks, 1], [BLOCK_N, DP]
+        )
+        v_ptrs = tl.make_tensor_descriptor(
+            V + b * svb + hk * svh, [SKV, D], [svs, 1], [BLOCK_N, DP]
+        )
+    else:
+        k_ptrs = K + b * skb + hk * skh + offs_d[:, None] * skd + offs_n[None, :] * sks
+        v_ptrs = V + b * svb + hk * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
     mask_ptrs = MASK + b * smb + h * smh + offs_m[:, None] * sms + offs_n[None, :] * smn
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     if L_MMA:
@@ -289,10 +304,11 @@ def _attn_fwd(
             FAST,
             EVEN_D,
             BLOCK_N,
-            WS,
+            WS >= 1 if stage == 0 else WS == 2,
             LAZY,
             FAST_L,
             L_MMA,
+            TMA,
         )
     if L_MMA:
         l_i = tl.max(l_i, 1)  # 16 equal columns
@@ -354,6 +370,31 @@ def _mask_args(attn_mask: torch.Tensor | None, b: int, h: int, sq: int, skv: int
     return 2, m, m.stride()
 
 
+def _tma_ok(t: torch.Tensor) -> bool:
+    """Whether ``t`` ([B, H, S, D]) can back a TMA descriptor of its [S, D] slices: D
+    contiguous, every other stride and the base 16-byte aligned."""
+    es = t.element_size()
+    return (
+        t.stride(3) == 1
+        and all(st * es % 16 == 0 for st in t.stride()[:3])
+        and t.data_ptr() % 16 == 0
+    )
+
+
+def _ensure_tma_allocator() -> None:
+    """In-kernel TMA descriptors need scratch memory from Triton's allocator: a stream-ordered
+    torch allocation (works under CUDA-graph capture, from the graph's pool)."""
+    global _ALLOCATOR_SET
+    if not _ALLOCATOR_SET:
+        triton.set_allocator(
+            lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda")
+        )
+        _ALLOCATOR_SET = True
+
+
+_ALLOCATOR_SET = False
+
+
 def out_strides(layout: str, b: int, h: int, s: int, d: int) -> tuple[int, int, int]:
     """Element strides (b, h, s) of an output row in ``layout`` (contiguous along D)."""
     if layout == "bhsd":
@@ -374,7 +415,9 @@ def nvfp4_row_strides(layout: str, h: int, s: int, d: int) -> tuple[int, int, in
 # Knobs of the prefill kernel (``_attn_fwd`` constexprs and launch options) with what they
 # do; ``default_config`` is the one place their defaults are chosen.
 #   BLOCK_M, BLOCK_N, num_warps, num_stages: tile shape and pipelining
-#   WS: ``tl.range(warp_specialize=...)`` on the key loop
+#   WS: ``tl.range(warp_specialize=...)``: 0 off, 1 on the unmasked key loop, 2 on both loops
+#   TMA: K and V tiles through in-kernel TMA descriptors (``tl.make_tensor_descriptor``)
+#        instead of pointer loads; used only where the layout allows it (``_tma_ok``)
 #   LAZY: 0 rescales the accumulator on every key tile (FlashAttention-2); t > 0 moves a row's
 #         reference max only when it grows by more than 2**t (P <= 2**t, exact after the final
 #         division) behind a CTA-uniform branch, so most tiles skip the accumulator multiply.
@@ -389,7 +432,7 @@ def nvfp4_row_strides(layout: str, h: int, s: int, d: int) -> tuple[int, int, in
 #        2 the same with ``inv = g * rsqrt(sf * sf)``; 3: 2 with packed-half e2m1 codes
 #   V16: host side, default precision with FP8 v: upcast v to fp16 once per call (exact) so
 #        the kernel streams fp16 V tiles instead of converting each tile in registers
-KERNEL_KNOBS = ("WS", "LAZY", "FAST_L", "L_MMA", "REV_M", "EPI")
+KERNEL_KNOBS = ("WS", "LAZY", "FAST_L", "L_MMA", "REV_M", "EPI", "TMA")
 HOST_KNOBS = ("V16",)
 
 
@@ -404,7 +447,7 @@ def default_config(
 ) -> dict:
     """Every knob of a prefill launch (tuned on an H200); ``attention_into``'s ``config``
     entries override them. See ``KERNEL_KNOBS`` / ``HOST_KNOBS`` above."""
-    cfg = dict(WS=False, LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False)
+    cfg = dict(WS=0, LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, TMA=False, V16=False)
     if sq <= 16:
         cfg.update(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
     elif qk_dt == torch.float8_e4m3fn:
@@ -474,6 +517,10 @@ def attention_into(
         )
     if pv_dt == torch.float32 and not fast:
         cfg["L_MMA"] = False
+    if cfg["TMA"] and not (mask_kind == 0 and dp == d and _tma_ok(k) and _tma_ok(v)):
+        cfg["TMA"] = False  # a layout TMA cannot describe: the pointer loads read any strides
+    if cfg["TMA"]:
+        _ensure_tma_allocator()
     if fast and cfg["LAZY"] > 8:
         raise ValueError(f"fast mode needs LAZY <= 8 (2**LAZY * 2**(8-LAZY) <= 448), got {cfg}")
     sob, soh, sos = out_strides(layout, b, h, sq, d)

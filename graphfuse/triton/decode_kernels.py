@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._common import store_attention_out
+from ._common import store_attention_acc
 from .decode_tiles import finish, q_prep, walk_kv, zero_sf_pad
 
 
@@ -276,9 +276,10 @@ def decode_merge(
     inv_l = tl.where(l_tot > 0.0, o_scale / l_tot, 0.0)
     bb = (rows // HQ).to(tl.int64)
     hh = (rows % HQ).to(tl.int64)
-    store_attention_out(
-        o * inv_l[:, None], bb * sob + hh * soh, rmask, OUT, OSC, SF, D, NV_K, NV_KBPAD,
-        OUT_KIND, DP,
+    row_off = bb * sob + hh * soh
+    store_attention_acc(
+        o, inv_l, row_off, row_off // NV_K, row_off % NV_K, rmask, OUT, OSC, SF,
+        D, NV_K, NV_KBPAD, OUT_KIND, DP, EXACT_INV=False,
     )  # fmt: skip
     if OUT_KIND == 2:
         if SF_PAD:

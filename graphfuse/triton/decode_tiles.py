@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._common import store_attention_out, swizzled_offset
+from ._common import store_attention_acc, swizzled_offset
 
 
 @triton.jit
@@ -410,9 +410,10 @@ def finish(
             o_scale = tl.load(VS).to(tl.float32)
         inv_l = tl.where(l_i > 0.0, o_scale / l_i, 0.0)
         row_off = b * sob + heads.to(tl.int64) * soh
-        store_attention_out(
-            acc * inv_l[:, None], row_off, hmask, OUT, OSC, SF, D, NV_K, NV_KBPAD, OUT_KIND, DP
-        )
+        store_attention_acc(
+            acc, inv_l, row_off, row_off // NV_K, row_off % NV_K, hmask, OUT, OSC, SF,
+            D, NV_K, NV_KBPAD, OUT_KIND, DP, EXACT_INV=False,
+        )  # fmt: skip
         if OUT_KIND == 2:
             if SF_PAD:
                 zero_sf_pad(SF, NV_M, NV_KBPAD, pid, nprog, 512)

@@ -146,11 +146,10 @@ def test_attention_matches_reference(seed: int) -> None:
 
 
 @pytest.mark.xfail(
-    reason="known gap: fast mode (FP8 P) misses NUMERICS.md's RMSE ratio 1.25 on mostly "
-    "non-causal shapes (H200 2026-12-02: 1.30 on seed 3's Sq=200 Skv=130 D=64; the Triton "
-    "interpreter reproduces it and finds 1.26-1.31 on 7 of the 26 prefill cases of seeds 0-2, "
-    "4, 5; H200 2026-12-03: 1.30-1.32 on the Sq=200 shape, 1.26-1.27 at S=4096): e4m3 P "
-    "has the output quantizer's own 3-bit relative precision; see docs/gpu.md",
+    reason="format limit: NUMERICS.md's fast-mode RMSE ratio 1.25 is below what e4m3 P allows "
+    "on these inputs -- exact arithmetic with e4m3 P gives 1.30-1.32 on the Sq=200 Skv=130 "
+    "D=64 shape (tests/ops/test_fast_mode_floor.py); the kernel is held to that floor by "
+    "test_attention_fast_mode_at_format_floor; see docs/gpu.md",
     strict=False,
 )
 @pytest.mark.parametrize("seed", [0, 3])
@@ -180,7 +179,26 @@ def _fast_stats(c: dict, knobs: dict | None) -> dict:
     run(*args, o8, 1, s_o, config=knobs)
     st = fp8_stats(o8, fp8_static_quant_ref(wide, s_o), wide, s_o.item())
     st["max16"] = (o16.float() - wide).abs().max().item() / amax
+    # the format's floor: exact arithmetic with e4m3 P (what any FP8-P kernel rounds)
+    floor = attention_fp32(*args, compute_dtype=torch.float64, fp8_p=True).float()
+    fl = fp8_stats(
+        fp8_static_quant_ref(floor, s_o), fp8_static_quant_ref(wide, s_o), wide, s_o.item()
+    )
+    st["floor_rmse_ratio"], st["floor_equal"] = fl["rmse_ratio"], fl["equal"]
     return st
+
+
+def test_attention_fast_mode_at_format_floor() -> None:
+    """Fast mode adds (almost) nothing to the error of e4m3 probabilities themselves: its FP8
+    output is as close to the exact output as exact arithmetic with e4m3 P gets (RMSE within
+    5%, equal bytes within 3 points). NUMERICS.md's 1.25 RMSE limit is below that floor on
+    these inputs (1.26-1.33, see tests/ops/test_fast_mode_floor.py), hence the xfail above."""
+    for seed in (0, 3):
+        for c in _cases(6, seed):
+            st = _fast_stats(c, None)
+            assert st["nan"] == 0 and st["max16"] <= 0.025, (c, st)
+            assert st["rmse_ratio"] <= 1.05 * st["floor_rmse_ratio"], (c, st)
+            assert st["equal"] >= st["floor_equal"] - 0.03, (c, st)
 
 
 @pytest.mark.parametrize("knobs", [dict(FAST_L=True), dict(L_MMA=True, EPI=3)])
@@ -215,6 +233,9 @@ KNOBS = [
     dict(REV_M=2, LAZY=4.0, EPI=2),
     dict(V16=True),
     dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, LAZY=8.0),
+    dict(TMA=True),
+    dict(TMA=True, WS=1),
+    dict(TMA=True, BLOCK_N=128, num_warps=4, WS=2),
 ]
 
 
