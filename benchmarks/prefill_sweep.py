@@ -1,9 +1,10 @@
 """Prefill kernel sweep on one GPU (issue #8; BENCHMARKS.md section 3 prefill rows).
 
 One process, one call, B=4 S=4096 causal 32/8 heads D=128: every knob variant of the fused
-attention kernel (``graphfuse/triton/attention.py``, knobs in ``default_config``) for the rows
-bf16 in / FP8 out (vs SDPA alone), FP8 q/k/v default (vs SDPA + compiled FP8 quant), V stored
-K-major default and fast (FP8 P), and NVFP4 out (vs FP8 out at the same knobs). Variants are
+attention kernel (``graphfuse/triton/attention.py``, knobs in
+``attention_config.default_config``) for the rows bf16 in / FP8 out (vs SDPA alone), FP8
+q/k/v default (vs SDPA + compiled FP8 quant), V stored K-major default and fast (FP8 P), and
+NVFP4 out (vs FP8 out at the same knobs). Variants are
 compiled first in parallel worker processes (Triton's disk cache), each is checked against the
 fp32 reference (poisoned outputs, NUMERICS acceptance) and then all are timed interleaved with
 the baselines (``do_bench`` medians over rounds). A fast-mode accuracy study over seeds follows
@@ -403,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton
     from triton.testing import do_bench
 
-    from graphfuse.triton.attention import HOST_KNOBS, KERNEL_KNOBS, default_config
+    from graphfuse.triton.attention_config import HOST_KNOBS, KERNEL_KNOBS, default_config
 
     result = {
         "date": datetime.date.today().isoformat(),

@@ -80,7 +80,7 @@ def _cases(n: int, seed: int):
 
 def run_case(c: dict, precision: str = "default", config: dict | None = None) -> None:
     """Checks one case in all three output formats (poisoned outputs); ``config`` overrides
-    the prefill kernel's knobs (``graphfuse.triton.attention.default_config``)."""
+    the prefill kernel's knobs (``graphfuse.triton.attention_config.default_config``)."""
     from graphfuse.ops._attention_args import nvfp4_rows_cols, out_shape
     from graphfuse.triton.attention_ops import run
 
