@@ -166,7 +166,10 @@ def decode_into(
         nv_m, nv_k, nv_kbpad = out.shape[0], out.shape[1] * 2, sf.shape[1]
         # in-kernel zeroing covers padding rows only; padding columns need the memset
         pad_in_kernel = (
-            sf_pad and nv_kbpad == nv_k // 16 and sf.shape[0] == round_up(max(nv_m, 1), 128)
+            sf_pad
+            and nv_kbpad == nv_k // 16
+            and sf.shape[0] == round_up(max(nv_m, 1), 128)
+            and sf.data_ptr() % 4 == 0  # zeroed in 32-bit words
         )
         if not pad_in_kernel:
             zero_scale_padding(sf, nv_m, nv_k // 16)
@@ -220,7 +223,7 @@ def decode_into(
         TRANS=trans,
         BT_AHEAD=bt_ahead,
         ONE_PAGE=one_page,
-        SF_PAD=pad_in_kernel and not split_out,
+        SF_PAD=pad_in_kernel,
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -274,6 +277,5 @@ def decode_into(
             OUT_KIND=out_kind,
             RH=rh,
             DP=dp,
-            SF_PAD=pad_in_kernel,
             num_warps=4,
         )

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ._common import store_attention_acc
-from .decode_tiles import finish, q_prep, walk_kv, zero_sf_pad
+from .decode_tiles import finish, q_prep, walk_kv
 
 
 @triton.jit
@@ -245,7 +245,6 @@ def decode_merge(
     OUT_KIND: tl.constexpr,
     RH: tl.constexpr,
     DP: tl.constexpr,
-    SF_PAD: tl.constexpr,
 ):
     """One program merges RH (batch, head) rows: out = sum_s w_s acc_s / sum_s w_s l_s."""
     rows = tl.program_id(0) * RH + tl.arange(0, RH)  # flat b * HQ + h
@@ -281,6 +280,3 @@ def decode_merge(
         o, inv_l, row_off, row_off // NV_K, row_off % NV_K, rmask, OUT, OSC, SF,
         D, NV_K, NV_KBPAD, OUT_KIND, DP, EXACT_INV=False,
     )  # fmt: skip
-    if OUT_KIND == 2:
-        if SF_PAD:
-            zero_sf_pad(SF, NV_M, NV_KBPAD, tl.program_id(0), tl.num_programs(0), 512)

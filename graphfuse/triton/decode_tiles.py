@@ -350,19 +350,23 @@ def walk_kv(
 
 
 @triton.jit
-def zero_sf_pad(SF, M, KBPAD, pid, nprog, PADB: tl.constexpr):
+def zero_sf_pad(SF, M, KBPAD, pid, nprog, PADW: tl.constexpr):
     """Zeroes the swizzled NVFP4 scale bytes of padding rows ``M .. round_up(M, 128) - 1``
-    (every column of ``KBPAD``); program ``pid`` of ``nprog`` takes an equal share. The real
-    rows are written by the quantizer, so no byte is written twice."""
-    n = ((M + 127) // 128 * 128 - M) * KBPAD
+    (every column of ``KBPAD``, a multiple of 4); program ``pid`` of ``nprog`` takes an equal
+    share. A row's 4 columns of one column tile are one aligned 32-bit word of the swizzled
+    layout, so the zeros go out as words. The real rows are written by the quantizer (no
+    byte is written twice), so any program of the launch may do this."""
+    kt = KBPAD // 4
+    n = ((M + 127) // 128 * 128 - M) * kt  # words
     per = (n + nprog - 1) // nprog
     lo = pid * per
     hi = tl.minimum(lo + per, n)
-    for s in tl.range(lo, hi, PADB):
-        offs = s + tl.arange(0, PADB)
-        r = M + offs // KBPAD
-        c = offs % KBPAD
-        tl.store(SF + swizzled_offset(r, c, KBPAD // 4), tl.zeros([PADB], tl.uint8), mask=offs < hi)
+    SFW = SF.to(tl.pointer_type(tl.int32), bitcast=True)
+    for s in tl.range(lo, hi, PADW):
+        offs = s + tl.arange(0, PADW)
+        r = M + offs // kt
+        byte = swizzled_offset(r, (offs % kt) * 4, kt)
+        tl.store(SFW + byte // 4, tl.zeros([PADW], tl.int32), mask=offs < hi)
 
 
 @triton.jit
@@ -414,6 +418,6 @@ def finish(
             acc, inv_l, row_off, row_off // NV_K, row_off % NV_K, hmask, OUT, OSC, SF,
             D, NV_K, NV_KBPAD, OUT_KIND, DP, EXACT_INV=False,
         )  # fmt: skip
-        if OUT_KIND == 2:
-            if SF_PAD:
-                zero_sf_pad(SF, NV_M, NV_KBPAD, pid, nprog, 512)
+    if OUT_KIND == 2:
+        if SF_PAD:  # also with split partials: the merge writes real rows only
+            zero_sf_pad(SF, NV_M, NV_KBPAD, pid, nprog, 128)
