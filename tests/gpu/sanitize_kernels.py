@@ -53,6 +53,21 @@ def main() -> None:
     o = torch.empty(3, 8, 128, device=dev, dtype=FP8)
     paged_into(*pa, o, 1, s, splits=1)
     paged_into(*pa, o, 1, s, splits=5)
+    from graphfuse.ops._fake_paged import nvfp4_out_shapes
+
+    pshape, sshape = nvfp4_out_shapes(3, 8, 128)
+    pk = torch.empty(pshape, device=dev, dtype=torch.uint8)
+    sf = torch.empty(sshape, device=dev, dtype=FP8)
+    for kernel in ("head", "seq"):
+        for splits in (1, 5):
+            paged_into(*pa, pk, 2, s * 1e4, sf, splits=splits, kernel=kernel)
+    from graphfuse.triton.attention_ops import run
+
+    qb, kb, vb = (t.to(torch.bfloat16) for t in (q, k, v))
+    a = (qb, kb, vb, None, None, None, None, "top_left", None, "bhsd", "default")
+    o8 = torch.empty(2, 8, 77, 128, device=dev, dtype=FP8)
+    for cfg in (dict(TMA=True), dict(TMA=True, WS=1)):
+        run(*a, o8, 1, s, config=cfg)
     torch.cuda.synchronize()
     print("sanitize_kernels: all kernels ran")
 
