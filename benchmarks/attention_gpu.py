@@ -294,7 +294,7 @@ def prefill_rows(b, hq, hkv, s, d, ceil: dict, sweep: bool) -> list[dict]:
         base_cfgs = [
             None,
             dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
-            dict(WS=True),
+            dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=4),
         ]
 
     def call(name, cfg):

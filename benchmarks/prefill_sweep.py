@@ -48,7 +48,6 @@ NOLAZY = dict(L_MMA=True, REV_M=1, EPI=2)
 COMBO = dict(NOLAZY, LAZY=8.0)
 FCOMBO = dict(REV_M=1, EPI=2)  # fast mode: no LAZY (a stale max costs the max P exactness)
 V16 = dict(V16=True)
-TMA = dict(TMA=True)
 Q = True  # also in --quick
 
 # row: inputs, precision, out kind, baseline (a timer, or "fp8": the FP8-out time at the
@@ -63,23 +62,14 @@ ROWS = {
         ("lazy", dict(LAZY=8.0), Q), ("lmma", LM, Q), ("rev1", dict(REV_M=1), Q),
         ("rev2", dict(REV_M=2), False), ("epi2", dict(EPI=2), False), ("combo", COMBO, Q),
         ("combo_nolazy", NOLAZY, Q), ("m64_combo", {**C64, **COMBO}, Q),
-        ("bn128_combo", dict(BLOCK_N=128, num_stages=2, **COMBO), False),
-        ("tma", TMA, Q), ("tma_ws1", dict(TMA, WS=1), Q), ("tma_ws2", dict(TMA, WS=2), Q),
-        ("tma_bn128", dict(TMA, BLOCK_N=128), Q),
-        ("tma_bn128_ws1", dict(TMA, BLOCK_N=128, WS=1), Q),
-        ("tma_s2", dict(TMA, num_stages=2), Q), ("tma_s4", dict(TMA, num_stages=4), Q),
-        ("tma_w4_ws1", dict(TMA, BLOCK_N=128, num_warps=4, WS=1), Q),
-        ("tma_w4_ws1_s2", dict(TMA, BLOCK_N=128, num_warps=4, num_stages=2, WS=1), Q),
-        ("tma_lmma", dict(TMA, L_MMA=True), Q)]),
+        ("bn128_combo", dict(BLOCK_N=128, num_stages=2, **COMBO), False)]),
     "fp8": dict(inputs="fp8", precision="default", kind=1, baseline="sdpa_quant", target=0.95,
                 stretch=1.1, variants=[
         ("default", {}, Q), ("v16", V16, Q), ("lazy", dict(LAZY=8.0), Q), ("lmma", LM, Q),
         ("rev1", dict(REV_M=1), False), ("rev2", dict(REV_M=2), False), ("epi2", dict(EPI=2), Q),
         ("bn64", dict(BLOCK_N=64), False), ("m64", C64, False), ("m64_n128", C64N, False),
         ("combo", COMBO, Q), ("combo_nolazy", NOLAZY, Q), ("v16_combo", {**V16, **COMBO}, Q),
-        ("m64_combo", {**C64, **COMBO}, Q), ("v16_m64_combo", {**V16, **C64, **COMBO}, False),
-        ("tma", TMA, Q), ("tma_ws1", dict(TMA, WS=1), Q), ("tma_bn64", dict(TMA, BLOCK_N=64), Q),
-        ("tma_v16", dict(TMA, V16=True), Q), ("tma_v16_ws1", dict(TMA, V16=True, WS=1), Q)]),
+        ("m64_combo", {**C64, **COMBO}, Q), ("v16_m64_combo", {**V16, **C64, **COMBO}, False)]),
     "fp8_vT": dict(inputs="fp8_vT", precision="default", kind=1, baseline="sdpa_quant",
                    target=0.95, stretch=1.1, variants=[("default", {}, Q), ("combo", COMBO, Q)]),
     "fast_vT": dict(inputs="fp8_vT", precision="fast", kind=1, baseline="sdpa_quant", target=1.2,
@@ -91,7 +81,7 @@ ROWS = {
         ("combo_lmma", dict(FCOMBO, L_MMA=True), Q)]),
     "nvfp4": dict(inputs="fp8", precision="default", kind=2, baseline="fp8", target=1.05,
                   stretch=None, variants=[
-        ("default", {}, Q, "default"), ("tma", TMA, Q, "tma"), ("epi1", dict(EPI=1), False, "epi2"),
+        ("default", {}, Q, "default"), ("epi1", dict(EPI=1), False, "epi2"),
         ("epi2", dict(EPI=2), Q, "epi2"), ("epi3", dict(EPI=3), Q, "epi2"),
         ("combo_epi3", {**COMBO, "EPI": 3}, Q, "combo"),
         ("combo_nolazy_epi3", {**NOLAZY, "EPI": 3}, False, "combo_nolazy"),

@@ -24,11 +24,9 @@ from ._common import TL_DTYPE, store_attention_acc, store_attention_out, zero_sc
 from .attention_config import (
     default_config,
     dot_dtypes,
-    ensure_tma_allocator,
     mask_args,
     nvfp4_row_strides,
     out_strides,
-    tma_ok,
 )
 
 
@@ -62,24 +60,19 @@ def _tile(
     FAST: tl.constexpr,
     EVEN_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    WS: tl.constexpr,
     LAZY: tl.constexpr,
     FAST_L: tl.constexpr,
     L_MMA: tl.constexpr,
-    TMA: tl.constexpr,
 ):
-    # TMA: k_ptrs / v_ptrs are tensor descriptors of [SKV, D] (rows past SKV read as zeros)
     # FAST: 2**POFF * P in e4m3 (P <= 2**LAZY with a stale max: the product stays <= 256)
     POFF: tl.constexpr = 8.0 - LAZY
     # L_MMA: l_i is [BLOCK_M, 16], the row sums of the rounded P by the tensor cores
     # (fast mode: e4m3 P upcast to fp16, exact; a 16-bit constant tile stays in shared memory)
     LDT: tl.constexpr = tl.float16 if FAST else PV_DT
     ones = tl.full([BLOCK_N, 16], 1.0, tl.float32).to(LDT)
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+    for start_n in tl.range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        if TMA:
-            k = tl.trans(k_ptrs.load([start_n, 0]))
-        elif BOUNDS or not EVEN_D:
+        if BOUNDS or not EVEN_D:
             kmask = (offs_d[:, None] < D) & (cols[None, :] < SKV)
             k = tl.load(k_ptrs + start_n * sks, mask=kmask, other=0.0)
         else:
@@ -147,9 +140,7 @@ def _tile(
             l_i = l_i + l_tile
         if L_MMA:
             l_i = tl.dot(p8.to(LDT) if FAST else p.to(LDT), ones, l_i)
-        if TMA:
-            v = v_ptrs.load([start_n, 0])
-        elif BOUNDS or not EVEN_D:
+        if BOUNDS or not EVEN_D:
             vmask = (cols[:, None] < SKV) & (offs_d[None, :] < D)
             v = tl.load(v_ptrs + start_n * svs, mask=vmask, other=0.0)
         else:
@@ -220,13 +211,11 @@ def _attn_fwd(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DP: tl.constexpr,
-    WS: tl.constexpr = False,
     LAZY: tl.constexpr = 0.0,
     FAST_L: tl.constexpr = False,
     REV_M: tl.constexpr = 0,
     EPI: tl.constexpr = 0,
     L_MMA: tl.constexpr = False,
-    TMA: tl.constexpr = False,
 ):
     if REV_M == 2:  # grid (B*H, M blocks): every head's heaviest causal block first
         pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -252,16 +241,8 @@ def _attn_fwd(
         qk_scale = qk_scale * tl.load(QS).to(tl.float32)
     if HAS_KS:
         qk_scale = qk_scale * tl.load(KS).to(tl.float32)
-    if TMA:  # in-kernel TMA descriptors of this (batch, KV head)'s [SKV, D] K and V
-        k_ptrs = tl.make_tensor_descriptor(
-            K + b * skb + hk * skh, [SKV, D], [sks, 1], [BLOCK_N, DP]
-        )
-        v_ptrs = tl.make_tensor_descriptor(
-            V + b * svb + hk * svh, [SKV, D], [svs, 1], [BLOCK_N, DP]
-        )
-    else:
-        k_ptrs = K + b * skb + hk * skh + offs_d[:, None] * skd + offs_n[None, :] * sks
-        v_ptrs = V + b * svb + hk * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
+    k_ptrs = K + b * skb + hk * skh + offs_d[:, None] * skd + offs_n[None, :] * sks
+    v_ptrs = V + b * svb + hk * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
     mask_ptrs = MASK + b * smb + h * smh + offs_m[:, None] * sms + offs_n[None, :] * smn
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     if L_MMA:
@@ -313,11 +294,9 @@ def _attn_fwd(
             FAST,
             EVEN_D,
             BLOCK_N,
-            WS >= 1 if stage == 0 else WS == 2,
             LAZY,
             FAST_L,
             L_MMA,
-            TMA,
         )
     if L_MMA:
         l_i = tl.max(l_i, 1)  # 16 equal columns
@@ -401,10 +380,6 @@ def attention_into(
         )
     if pv_dt == torch.float32 and not fast:
         cfg["L_MMA"] = False
-    if cfg["TMA"] and not (mask_kind == 0 and dp == d and tma_ok(k) and tma_ok(v)):
-        cfg["TMA"] = False  # a layout TMA cannot describe: the pointer loads read any strides
-    if cfg["TMA"]:
-        ensure_tma_allocator()
     if fast and cfg["LAZY"] > 8:
         raise ValueError(f"fast mode needs LAZY <= 8 (2**LAZY * 2**(8-LAZY) <= 448), got {cfg}")
     sob, soh, sos = out_strides(layout, b, h, sq, d)

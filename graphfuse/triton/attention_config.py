@@ -1,12 +1,11 @@
 """Host side of the prefill attention kernel: its knobs and their defaults
 (``default_config``), the operand dtypes a call multiplies in, mask and output-layout
-arguments, and the TMA eligibility of K / V. The kernel and its launcher are in
+arguments. The kernel and its launcher are in
 ``attention.py``."""
 
 from __future__ import annotations
 
 import torch
-import triton
 
 
 def dot_dtypes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, precision: str):
@@ -36,31 +35,6 @@ def mask_args(attn_mask: torch.Tensor | None, b: int, h: int, sq: int, skv: int,
     return 2, m, m.stride()
 
 
-def tma_ok(t: torch.Tensor) -> bool:
-    """Whether ``t`` ([B, H, S, D]) can back a TMA descriptor of its [S, D] slices: D
-    contiguous, every other stride and the base 16-byte aligned."""
-    es = t.element_size()
-    return (
-        t.stride(3) == 1
-        and all(st * es % 16 == 0 for st in t.stride()[:3])
-        and t.data_ptr() % 16 == 0
-    )
-
-
-def ensure_tma_allocator() -> None:
-    """In-kernel TMA descriptors need scratch memory from Triton's allocator: a stream-ordered
-    torch allocation (works under CUDA-graph capture, from the graph's pool)."""
-    global _ALLOCATOR_SET
-    if not _ALLOCATOR_SET:
-        triton.set_allocator(
-            lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda")
-        )
-        _ALLOCATOR_SET = True
-
-
-_ALLOCATOR_SET = False
-
-
 def out_strides(layout: str, b: int, h: int, s: int, d: int) -> tuple[int, int, int]:
     """Element strides (b, h, s) of an output row in ``layout`` (contiguous along D)."""
     if layout == "bhsd":
@@ -81,9 +55,6 @@ def nvfp4_row_strides(layout: str, h: int, s: int, d: int) -> tuple[int, int, in
 # Knobs of the prefill kernel (``_attn_fwd`` constexprs and launch options) with what they
 # do; ``default_config`` is the one place their defaults are chosen.
 #   BLOCK_M, BLOCK_N, num_warps, num_stages: tile shape and pipelining
-#   WS: ``tl.range(warp_specialize=...)``: 0 off, 1 on the unmasked key loop, 2 on both loops
-#   TMA: K and V tiles through in-kernel TMA descriptors (``tl.make_tensor_descriptor``)
-#        instead of pointer loads; used only where the layout allows it (``tma_ok``)
 #   LAZY: 0 rescales the accumulator on every key tile (FlashAttention-2); t > 0 moves a row's
 #         reference max only when it grows by more than 2**t (P <= 2**t, exact after the final
 #         division) behind a CTA-uniform branch, so most tiles skip the accumulator multiply.
@@ -98,7 +69,7 @@ def nvfp4_row_strides(layout: str, h: int, s: int, d: int) -> tuple[int, int, in
 #        2 the same with ``inv = g * rsqrt(sf * sf)``; 3: 2 with packed-half e2m1 codes
 #   V16: host side, default precision with FP8 v: upcast v to fp16 once per call (exact) so
 #        the kernel streams fp16 V tiles instead of converting each tile in registers
-KERNEL_KNOBS = ("WS", "LAZY", "FAST_L", "L_MMA", "REV_M", "EPI", "TMA")
+KERNEL_KNOBS = ("LAZY", "FAST_L", "L_MMA", "REV_M", "EPI")
 HOST_KNOBS = ("V16",)
 
 
@@ -113,7 +84,7 @@ def default_config(
 ) -> dict:
     """Every knob of a prefill launch (tuned on an H200); ``attention_into``'s ``config``
     entries override them. See ``KERNEL_KNOBS`` / ``HOST_KNOBS`` above."""
-    cfg = dict(WS=0, LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, TMA=False, V16=False)
+    cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False)
     if sq <= 16:
         cfg.update(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
     elif qk_dt == torch.float8_e4m3fn:

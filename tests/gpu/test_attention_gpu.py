@@ -233,9 +233,6 @@ KNOBS = [
     dict(REV_M=2, LAZY=4.0, EPI=2),
     dict(V16=True),
     dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, LAZY=8.0),
-    dict(TMA=True),
-    dict(TMA=True, WS=1),
-    dict(TMA=True, BLOCK_N=128, num_warps=4, WS=2),
 ]
 
 
