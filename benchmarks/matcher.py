@@ -19,7 +19,9 @@ Also: an exported Llama-style decoder (pre-dispatch and core ATen, graphfuse onl
 baselines would need one pattern per spelling) and 100 unrelated rules next to the bundled
 set (cost per candidate node).
 
-Run: ``python benchmarks/matcher.py`` (``--sizes 100,1000`` for a quick look).
+Run: ``python benchmarks/matcher.py`` (``--sizes 100,1000`` for a quick look; ``--tools
+graphfuse`` skips the baselines while iterating). The JSON is rewritten after every size
+and IR, so a run cut short keeps the rows it finished.
 """
 
 from __future__ import annotations
@@ -280,6 +282,13 @@ def llama(layers: int, ir: str) -> torch.export.ExportedProgram:
 # --------------------------------------------------------------------------- main
 
 
+def _tool_kind(tool: str) -> str:
+    """The ``--tools`` name of a table tool."""
+    if tool == "graphfuse+100 unrelated":
+        return "unrelated"
+    return tool.split(" ")[0]
+
+
 def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -292,13 +301,27 @@ def main() -> None:
     ap.add_argument("--skip-over", type=float, default=60.0)
     ap.add_argument("--llama-layers", type=int, default=80)
     ap.add_argument("--out", default=RESULTS)
+    ap.add_argument(
+        "--tools",
+        default="graphfuse,unrelated,replace_pattern,inductor",
+        help="which to time (comma list); graphfuse always runs",
+    )
     a = ap.parse_args()
+    wanted = set(a.tools.split(",")) | {"graphfuse"}
     sizes = [int(x) for x in a.sizes.split(",")]
     irs = a.irs.split(",")
     trtllm = graphfuse.load_patterns("trtllm")
     rows: list[dict] = []
     notes: list[str] = []
     rule_sets: dict[str, RuleSet] = {}
+
+    def save() -> None:
+        """Write the JSON now (after every size and IR), so a run cut short keeps its rows."""
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        tmp = a.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(dict(rows=rows, notes=notes, date=time.strftime("%F %T")), f, indent=1)
+        os.replace(tmp, a.out)
 
     def row(**kw: Any) -> None:
         rows.append(kw)
@@ -322,6 +345,7 @@ def main() -> None:
             tools = ["graphfuse", "graphfuse+100 unrelated", "replace_pattern"]
             if ir == "inductor":
                 tools += ["inductor (precompiled)", "inductor"]
+            tools = [t for t in tools if _tool_kind(t) in wanted]
             times: dict[str, list[dict]] = {t: [] for t in tools}
             skip: dict[str, float] = {}
             for tool in tools:
@@ -390,6 +414,7 @@ def main() -> None:
                 if not kw["ok"]:
                     kw["split"] = kw.get("split", "") + f" MISMATCH: {rs[0]['matches']} of {n}"
                 row(**kw)
+            save()
 
     for ir in ("export", "core"):
         if a.llama_layers <= 0:
@@ -413,6 +438,7 @@ def main() -> None:
         if not kw["ok"]:
             kw["split"] += f" MISMATCH: {got} of {a.llama_layers} ({rep.counts})"
         row(**kw)
+        save()
 
     def get(ir: str, n: int, tool: str) -> dict | None:
         for r in rows:
@@ -439,9 +465,7 @@ def main() -> None:
         if g1 and u1:
             ratio = u1["rewrite"] / g1["rewrite"]
             print(f"  {ir}: 100 unrelated rules, rewrite time {ratio:.2f}x (<= 2)")
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(dict(rows=rows, notes=notes, date=time.strftime("%F %T")), f, indent=1)
+    save()
     print("headline: " + ("; ".join(heads) if heads else "no baseline at N=4000 / 1000"))
 
 

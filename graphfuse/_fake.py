@@ -53,8 +53,7 @@ def _val_of(a: Any) -> Any:
     return a
 
 
-def _has_missing(vals: Any) -> bool:
-    return any(v is _MISSING or (isinstance(v, (list, tuple)) and _has_missing(v)) for v in vals)
+_SCALARS = frozenset((type(None), bool, int, float, str, torch.dtype))
 
 
 class FakePropagator:
@@ -62,19 +61,41 @@ class FakePropagator:
 
     def __init__(self) -> None:
         self._cache: dict[Any, Any] = {}
+        self._tensor_keys: dict[int, tuple[torch.Tensor, Any]] = {}  # id(val) -> (val, key)
         self.hits = 0
         self.misses = 0
 
+    def _arg_key(self, a: Any) -> Any:
+        """The cache key of one argument (its value's metadata); _MISSING when a node has
+        no ``meta["val"]``."""
+        t = type(a)
+        if t in _SCALARS:
+            return a
+        if t is fx.Node:
+            v = a.meta.get("val", _MISSING)
+            if isinstance(v, torch.Tensor):
+                hit = self._tensor_keys.get(id(v))
+                if hit is None or hit[0] is not v:
+                    hit = self._tensor_keys[id(v)] = (v, _tensor_key(v))
+                return hit[1]
+            return v if v is _MISSING else _key_of(v)
+        if t is list or t is tuple:
+            parts = tuple(self._arg_key(x) for x in a)
+            return _MISSING if any(p is _MISSING for p in parts) else (t.__name__, parts)
+        return _key_of(_val_of(a))
+
     def __call__(self, target: Any, args: tuple, kwargs: dict) -> Any:
-        vargs = tuple(_val_of(a) for a in args)
-        vkwargs = {k: _val_of(v) for k, v in kwargs.items()}
-        if _has_missing(vargs) or _has_missing(vkwargs.values()):
+        kargs = tuple(self._arg_key(a) for a in args)
+        kkwargs = tuple((k, self._arg_key(v)) for k, v in kwargs.items())
+        if any(p is _MISSING for p in kargs) or any(p is _MISSING for _, p in kkwargs):
             return None
-        key = (target, _key_of(vargs), _key_of(vkwargs))
+        key = (target, kargs, kkwargs)
         if key in self._cache:
             self.hits += 1
             return self._cache[key]
         self.misses += 1
+        vargs = tuple(_val_of(a) for a in args)
+        vkwargs = {k: _val_of(v) for k, v in kwargs.items()}
         mode = detect_fake_mode(tree_flatten((vargs, vkwargs))[0])
         if mode is None:
             return None

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 from torch import fx
 
 from . import dsl as P
+from ._engine import _m
 from ._failure import Failure
 from ._match import Match
 from ._matcher import (
     VISITS,
     _first_set,
     _ids_may,
-    _m,
     _probe,
     _State,
     _Tracer,
@@ -44,8 +44,9 @@ def match_rule(
 ) -> Match | Failure | None:
     """Match ``rule`` with its first root at ``node``.
 
-    ``norm`` (optional) caches ``normalize(node)`` per node; share one dict only while the
-    graph does not change (one sweep's matching phase).
+    ``norm`` (optional) caches ``normalize(node)`` per node, each entry valid while the
+    node's ``args`` and ``kwargs`` are the same objects (fx replaces them on every edit),
+    so one dict serves a whole run while rewrites change the graph.
 
     Returns a :class:`Match` whose escape check and ``rule.check`` passed, else the first
     escape / check failure as a :class:`Failure`, else None (structure did not match; the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
 from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
@@ -53,7 +54,11 @@ def copy_graph_module(gm: fx.GraphModule, *, recompile: bool = True) -> fx.Graph
 
 
 _GRAPH_INTERNALS = ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len")
-_FAST_COPY = all(hasattr(fx.Graph(), a) for a in _GRAPH_INTERNALS)
+_SETATTR = object.__setattr__
+_map_arg = getattr(torch._C, "_fx_map_arg", fx.map_arg)
+_FAST_COPY = all(hasattr(fx.Graph(), a) for a in _GRAPH_INTERNALS) and hasattr(
+    fx.Graph()._find_nodes_lookup_table, "table"
+)
 
 
 def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node]) -> Any:
@@ -67,18 +72,29 @@ def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node])
     if not _FAST_COPY:
         return graph.graph_copy(src, val_map, return_output_node=True)
     namespace, table = graph._graph_namespace, graph._find_nodes_lookup_table
+    lookup = val_map.__getitem__
+    # the side table's bucket of each (op, target), fetched once: hashing an OpOverload
+    # runs Python code, once per node in table.insert
+    buckets: dict[tuple[str, int], dict] = {}
     for node in src.nodes:
-        if node.op == "output":
-            return fx.map_arg(node.args[0], val_map.__getitem__), node
-        args = fx.map_arg(node.args, val_map.__getitem__)
-        kwargs = fx.map_arg(node.kwargs, val_map.__getitem__)
+        op, target = node.op, node.target
+        if op == "output":
+            return _map_arg(node.args[0], lookup), node
         name = namespace.create_name(node.name, None)
-        new = fx.Node(graph, name, node.op, node.target, args, kwargs, node.type)
+        new = fx.Node(
+            graph, name, op, target, _map_arg(node.args, lookup), _map_arg(node.kwargs, lookup),
+            node.type,
+        )  # fmt: skip
+        # Node.__setattr__ re-files a node in the side table on every write: write first
+        meta = node.meta
+        _SETATTR(new, "meta", meta.copy() if type(meta) is dict else copy.copy(meta))
         namespace.associate_name_with_obj(name, new)
         graph._insert(new)
-        table.insert(new)
+        bucket = buckets.get((op, id(target)))
+        if bucket is None:
+            bucket = buckets[(op, id(target))] = table.table[table._key(new)]
+        bucket[new] = None
         graph._len += 1
-        new.meta = copy.copy(node.meta)
         val_map[node] = new
     return None
 

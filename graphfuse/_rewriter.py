@@ -21,6 +21,7 @@ from ._dims import same_size
 from ._errors import RewriteError
 from ._failure import Failure
 from ._fake import FakePropagator
+from ._fxedit import create_call, erase
 from ._match_rule import escape_of
 from ._matcher import is_metadata_assert
 
@@ -52,11 +53,12 @@ class Builder:
         """
         if isinstance(target, torch._ops.OpOverloadPacket):
             target = target.default
-        node = self.graph.create_node("call_function", target, tuple(args), dict(kwargs))
+        node = create_call(self.graph, target, tuple(args), dict(kwargs))
         self.created.append(node)
+        src, meta = self._meta_from.meta, node.meta
         for key in _COPIED_META:
-            if key in self._meta_from.meta:
-                node.meta[key] = self._meta_from.meta[key]
+            if key in src:
+                meta[key] = src[key]
         val = self._fake(target, node.args, node.kwargs)
         if val is not None:
             node.meta["val"] = val
@@ -182,10 +184,8 @@ def _validate(m: Match, builder: Builder, news: tuple[fx.Node, ...]) -> None:
 
 def _erase_matched(m: Match, graph: fx.Graph, keep: set[fx.Node]) -> None:
     doomed = [n for n in m.nodes if n not in keep]
-    for n in doomed:
-        for user in list(n.users):
-            if is_metadata_assert(user):
-                graph.erase_node(user)
-    for n in sorted(doomed, key=lambda x: x._sort_key, reverse=True):
-        if not n.users:
-            graph.erase_node(n)
+    asserts = [u for n in doomed for u in n.users if is_metadata_assert(u)]
+    if asserts:
+        erase(graph, list(dict.fromkeys(asserts)))
+    doomed.sort(key=lambda x: x._sort_key, reverse=True)
+    erase(graph, doomed, unused_only=True)

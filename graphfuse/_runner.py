@@ -54,13 +54,15 @@ def run_rules(
     misses: dict[tuple[str, str], tuple[NearMiss, fx.Node]] = {}
     fired_last: list[str] = []
     retry: set[tuple] | None = None  # None: visit every candidate
+    # normalize() per node, checked against the node's args / kwargs objects on every use
+    # (an edit replaces them), so it stays valid across rewrites
+    norm: dict = {}
     for iteration in range(1, max_iterations + 1):
         report.iterations = iteration
         cands = list(dict.fromkeys(rules.candidates(graph))) if retry is None else list(retry)
         cands.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, order[rn[0]]))
         fired_last, retry, full_sweep = [], set(), False
         consumed: set[fx.Node] = set()
-        norm: dict = {}  # normalize() per node, dropped after every rewrite
         for i, (rule, node) in enumerate(cands):
             if progress is not None and i % 256 == 0:
                 progress(i, len(cands))
@@ -76,7 +78,6 @@ def run_rules(
                     if not isinstance(created, list):  # no longer safe: retry next sweep
                         res, created = created, None
                     else:
-                        norm.clear()
                         full_sweep |= any(rules.mentions(n.target) for n in created)
                 if isinstance(res, Match):
                     report.counts[rule.name] += 1

@@ -45,6 +45,10 @@ def test_fast_copy_equals_fx_graph_copy() -> None:
         want = [n.name for n in src.graph.find_nodes(op="call_function", target=target)]
         got = [n.name for n in fast.graph.find_nodes(op="call_function", target=target)]
         assert got == want
+    for op in ("placeholder", "output"):
+        assert [n.name for n in fast.graph.find_nodes(op=op)] == [
+            n.name for n in src.graph.find_nodes(op=op)
+        ]
     x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     for a, b in zip(fast(x, y), src(x, y)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -1,0 +1,467 @@
+"""The compiled matching engine: every pattern becomes a tree of matcher objects.
+
+``compiled(pat).m(value, st, where, k)`` calls the continuation ``k()`` each time ``pat``
+matched ``value`` (having extended the shared :class:`~graphfuse._matcher._State`), undoes
+its own changes before trying the next way, and returns True as soon as a ``k()`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from . import dsl as P
+from ._args import arg_index, arg_spec, normalize
+from ._matcher import (
+    Cont,
+    _bind,
+    _first_set,
+    _ids_may,
+    _literal_equal,
+    _probe,
+    _State,
+    _type_ok,
+    _val,
+)
+
+# Every pattern is compiled once into a tree of matcher objects (one per pattern node,
+# shared sub-patterns compiled once) holding what matching needs at hand: target ids,
+# argument plans per target, first sets of children. ``node.m(value, st, where, k)``
+# calls the continuation ``k()`` each time the pattern matched (state extended), undoes
+# its own changes before trying the next way, and returns True as soon as a ``k()`` does
+# (the whole match was accepted; the state is then left as it is).
+
+
+def _simple(pat: P.Pattern) -> bool:
+    """A pattern that matches in at most one way and never walks into the graph."""
+    kind = type(pat)
+    if kind is P.Literal or kind is P.Wildcard or kind is P.Capture:
+        return True
+    if kind is P.Typed:
+        return _simple(pat.inner)  # type: ignore[attr-defined]
+    if kind is P.ListOf:
+        return all(_simple(p) for p in pat.items)  # type: ignore[attr-defined]
+    return False
+
+
+def _one_way(pat: P.Pattern) -> bool:
+    """A pattern that matches a given value in at most one way (no alt, maybe or
+    commutative call inside)."""
+    kind = type(pat)
+    if kind is P.Literal or kind is P.Wildcard or kind is P.Capture:
+        return True
+    if kind is P.Typed:
+        return _one_way(pat.inner)  # type: ignore[attr-defined]
+    if kind is P.ListOf:
+        return all(_one_way(p) for p in pat.items)  # type: ignore[attr-defined]
+    if kind is P.Call:
+        return not pat.commutative and all(  # type: ignore[attr-defined]
+            _one_way(p)
+            for p in pat.args + tuple(v for _, v in pat.kwargs)  # type: ignore[attr-defined]
+        )
+    return False
+
+
+class _CCall:
+    __slots__ = ("pat", "exact", "packets", "name", "plans", "shared")
+
+    def __init__(self, pat: P.Call) -> None:
+        self.pat = pat
+        self.exact, self.packets = _first_set(pat)  # type: ignore[misc]
+        self.name = pat.name
+        self.plans: dict[int, _Plan] = {}
+        # A named one-way call is a shared node (a traced DAG names nodes used twice):
+        # once it matched a node, meeting it again at that node matches at once, where
+        # re-walking its whole sub-pattern could only bind the same values again.
+        self.shared = pat.name is not None and _one_way(pat)
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        if not isinstance(value, fx.Node) or value.op != "call_function":
+            st.fail("not_call", where, value, self.pat)
+            return False
+        t = value.target
+        if id(t) not in self.exact and not (
+            self.packets and id(getattr(t, "overloadpacket", None)) in self.packets
+        ):
+            st.fail("target", value, self.pat)
+            return False
+        if self.shared and st.fast and (self, value) in st.done:
+            return k()
+        mark = len(st.trail)
+        if self.name is not None and not _bind(st, self.name, value, where):
+            return False
+        if self.shared:
+            st.put(st.done, (self, value), True)
+        st.add_node(value)
+        plan = self.plans.get(id(t))
+        if plan is None or plan.target is not t:
+            plan = self.plans[id(t)] = _Plan(self.pat, t)
+        args = value.args
+        if not plan.direct or plan.need > len(args):
+            args = _normalized(value, st.norm)
+        if plan.missing is not None:
+            st.fail("no_arg", value, plan.missing)
+            st.undo(mark)
+            return False
+        if plan.need > len(args):
+            st.fail("arity", value, len(args), self.pat)
+            st.undo(mark)
+            return False
+        if st.fast:
+            if _m_fast(plan.fast_simple, plan.fast_rest, args, value, st, k):
+                return True
+            if plan.swapped is not None and _m_fast(
+                plan.swapped_simple, plan.swapped_rest, args, value, st, k
+            ):
+                return True
+        else:
+            if _m_args(plan.items, 0, args, value, st, k):
+                return True
+            if plan.swapped is not None and _m_args(plan.swapped, 0, args, value, st, k):
+                return True
+        st.undo(mark)
+        return False
+
+
+def _normalized(node: fx.Node, norm: dict | None) -> list:
+    """``normalize(node)``, cached in ``norm`` while the node's args / kwargs are the same
+    objects (fx replaces them on every edit). The rank that canonicalises dims comes from
+    the first argument's ``meta["val"]``; rewrites never change an existing node's."""
+    if norm is None:
+        return normalize(node)
+    hit = norm.get(node)
+    if hit is not None and hit[0] is node.args and hit[1] is node.kwargs:
+        return hit[2]
+    args = normalize(node)
+    norm[node] = (node.args, node.kwargs, args)
+    return args
+
+
+class _Plan:
+    """How a :class:`P.Call` reads one target's arguments: (schema index, compiled pattern,
+    first set) in pattern order (``items``, ``swapped``); for the fast path, the
+    single-way leaves (``*_simple``: matched inline, no continuation) then the others in
+    pattern order (``*_rest``)."""
+
+    __slots__ = (
+        "target",
+        "missing",
+        "need",
+        "direct",
+        "items",
+        "swapped",
+        "fast_simple",
+        "fast_rest",
+        "swapped_simple",
+        "swapped_rest",
+    )
+
+    def __init__(self, pat: P.Call, target: Any) -> None:
+        self.target = target
+        self.missing: str | None = None
+        pairs: list[tuple[int, P.Pattern]] = list(enumerate(pat.args))
+        for key, sub in pat.kwargs:
+            idx = arg_index(target, key)
+            if idx is None:
+                self.missing = key
+                break
+            pairs.append((idx, sub))
+        self.need = max((i for i, _ in pairs), default=-1) + 1
+        # Reading only positional arguments the node spells, none of them a dim: those
+        # are the node's own args (normalize would return them unchanged), no copy needed.
+        spec = arg_spec(target)
+        self.direct = self.missing is None and (
+            spec is None or not ({i for i, _ in pairs} & spec.dim_args)
+        )
+        swapped = (
+            [(pairs[1][0], pairs[0][1]), (pairs[0][0], pairs[1][1])] + pairs[2:]
+            if pat.commutative and self.missing is None
+            else None
+        )
+
+        def items(ps: list[tuple[int, P.Pattern]]) -> list[tuple]:
+            return [(i, compiled(p), _first_set(p)) for i, p in ps]
+
+        def split(ps: list[tuple[int, P.Pattern]]) -> tuple[tuple, list]:
+            # the multi-way arguments keep their order, so do the matches
+            simple = tuple((i, compiled(p)) for i, p in ps if _simple(p))
+            return simple, items([(i, p) for i, p in ps if not _simple(p)])
+
+        self.items = items(pairs)
+        self.fast_simple, self.fast_rest = split(pairs)
+        self.swapped = items(swapped) if swapped else None
+        self.swapped_simple, self.swapped_rest = split(swapped) if swapped else ((), [])
+
+
+def _m_fast(simple: tuple, rest: list, args: list, node: fx.Node, st: _State, k: Cont) -> bool:
+    """The fast path of a call's arguments: the leaves inline, then the rest."""
+    mark = len(st.trail)
+    for idx, sub in simple:
+        if not sub.one(args[idx], st, (node, idx)):
+            st.undo(mark)
+            return False
+    if _m_args(rest, 0, args, node, st, k):
+        return True
+    st.undo(mark)
+    return False
+
+
+def _m_args(items: list, i: int, args: list, node: fx.Node, st: _State, k: Cont) -> bool:
+    if i == len(items):  # a pattern with no arguments
+        return k()
+    idx, sub, first = items[i]
+    arg = args[idx]
+    if st.fast and first is not None and not _ids_may(first, arg):
+        return False
+    if i + 1 == len(items):
+        return sub.m(arg, st, (node, idx), k)
+    return sub.m(arg, st, (node, idx), lambda: _m_args(items, i + 1, args, node, st, k))
+
+
+class _CCapture:
+    __slots__ = ("name", "kind")
+
+    def __init__(self, pat: P.Capture) -> None:
+        self.name, self.kind = pat.name, pat.kind
+
+    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
+        """Match without a continuation (a leaf matches in at most one way): extend the
+        state and return True, or return False (the caller undoes)."""
+        st.visits += 1
+        if self.kind == "tensor":
+            val = _val(value)
+            if not isinstance(value, fx.Node) or (
+                val is not None and not isinstance(val, torch.Tensor)
+            ):
+                st.fail("kind", self.name, value, "a tensor", where)
+                return False
+        elif self.kind == "scalar":
+            ok = isinstance(value, (int, float, bool)) or isinstance(
+                _val(value), (torch.SymInt, torch.SymFloat, torch.SymBool)
+            )
+            if not ok:
+                st.fail("kind", self.name, value, "a scalar", where)
+                return False
+        return _bind(st, self.name, value, where)
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        mark = len(st.trail)
+        if self.one(value, st, where) and k():
+            return True
+        st.undo(mark)
+        return False
+
+
+class _CWildcard:
+    __slots__ = ()
+
+    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
+        st.visits += 1
+        return True
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        return k()
+
+
+class _CLiteral:
+    __slots__ = ("value",)
+
+    def __init__(self, pat: P.Literal) -> None:
+        self.value = pat.value
+
+    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
+        st.visits += 1
+        if _literal_equal(self.value, value, where):
+            return True
+        st.fail("literal", where, value, self.value)
+        return False
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        return self.one(value, st, where) and k()
+
+
+class _CTyped:
+    __slots__ = ("pat", "inner")
+
+    def __init__(self, pat: P.Typed) -> None:
+        self.pat, self.inner = pat, compiled(pat.inner)
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        pat = self.pat
+
+        def typed() -> bool:
+            mark = len(st.trail)
+            if _type_ok(pat, value, st) and k():
+                return True
+            st.undo(mark)
+            return False
+
+        return self.inner.m(value, st, where, typed)
+
+    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
+        """For a simple inner pattern only (see ``_CCapture.one``)."""
+        st.visits += 1
+        return self.inner.one(value, st, where) and _type_ok(self.pat, value, st)
+
+
+class _CAlt:
+    __slots__ = ("pat", "name", "branches", "by_target")
+
+    def __init__(self, pat: P.Alt) -> None:
+        self.pat, self.name = pat, pat.name
+        self.branches = tuple((tag, compiled(b), _first_set(b)) for tag, b in pat.branches)
+        self.by_target: dict[int, tuple[Any, tuple]] = {}
+
+    def _fast_branches(self, value: Any) -> tuple:
+        """The branches that may match ``value``, cached per target."""
+        t = value.target if isinstance(value, fx.Node) and value.op == "call_function" else None
+        hit = self.by_target.get(id(t))
+        if hit is None or hit[0] is not t:
+            kept = tuple(b for b in self.branches if _ids_may(b[2], value))
+            hit = self.by_target[id(t)] = (t, kept)
+        return hit[1]
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        name = self.name
+        trail = st.trail
+        for tag, branch, _ in self._fast_branches(value) if st.fast else self.branches:
+            mark = len(trail)
+            if name is not None:
+                st.tags[name] = tag
+                trail.append((st.tags, name))
+            if branch.m(value, st, where, k):
+                return True
+            st.undo(mark)
+        return False
+
+
+class _CMaybe:
+    __slots__ = ("exact", "packets", "where", "name", "inner", "inner_first")
+
+    def __init__(self, pat: P.Maybe) -> None:
+        self.exact, self.packets = _first_set(_probe(pat.targets))  # type: ignore[misc]
+        self.where, self.name = pat.where, pat.name
+        self.inner, self.inner_first = compiled(pat.inner), _first_set(pat.inner)
+
+    def _starts(self, node: Any) -> bool:
+        """``node`` is a chain op this maybe may pass through."""
+        if not isinstance(node, fx.Node) or node.op != "call_function":
+            return False
+        t = node.target
+        return (
+            (
+                id(t) in self.exact
+                or bool(self.packets)
+                and id(getattr(t, "overloadpacket", None)) in self.packets
+            )
+            and bool(node.args)
+            and (self.where is None or self.where(node))
+        )
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        if not self._starts(value):  # no chain: the inner pattern at the value itself
+            if st.fast and self.inner_first is not None and not _ids_may(self.inner_first, value):
+                return False
+            if self.name is None:
+                return self.inner.m(value, st, where, k)
+            mark = len(st.trail)
+            st.put(st.chains, self.name, ())
+            if self.inner.m(value, st, where, k):
+                return True
+            st.undo(mark)
+            return False
+        steps: list[tuple[Any, tuple]] = [(value, ())]
+        chain: tuple = ()
+        cur = value
+        while self._starts(cur):
+            chain += (cur,)
+            cur = cur.args[0]
+            steps.append((cur, chain))
+        fast, first = st.fast, self.inner_first
+        for inner_value, through in reversed(steps):  # longest chain first
+            if fast and first is not None and not _ids_may(first, inner_value):
+                continue
+            mark = len(st.trail)
+            for n in through:
+                st.add_node(n)
+            if self.name is not None:
+                st.put(st.chains, self.name, through)
+            if self.inner.m(inner_value, st, where if not through else (through[-1], 0), k):
+                return True
+            st.undo(mark)
+        return False
+
+
+class _CListOf:
+    __slots__ = ("pat", "items")
+
+    def __init__(self, pat: P.ListOf) -> None:
+        self.pat = pat
+        self.items = tuple((compiled(p), _first_set(p)) for p in pat.items)
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        st.visits += 1
+        if not isinstance(value, (list, tuple)) or len(value) != len(self.items):
+            st.fail("literal", where, value, self.pat)
+            return False
+        if not self.items:
+            return k()
+        return _m_items(self.items, 0, value, st, where, k)
+
+    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
+        """For simple items only (see ``_CCapture.one``)."""
+        st.visits += 1
+        if not isinstance(value, (list, tuple)) or len(value) != len(self.items):
+            st.fail("literal", where, value, self.pat)
+            return False
+        return all(sub.one(v, st, where) for (sub, _), v in zip(self.items, value))
+
+
+def _m_items(items: tuple, i: int, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+    sub, first = items[i]
+    if st.fast and first is not None and not _ids_may(first, value[i]):
+        return False
+    if i + 1 == len(items):
+        return sub.m(value[i], st, where, k)
+    return sub.m(value[i], st, where, lambda: _m_items(items, i + 1, value, st, where, k))
+
+
+_KINDS: dict[type, Any] = {
+    P.Call: _CCall,
+    P.Capture: _CCapture,
+    P.Literal: _CLiteral,
+    P.Typed: _CTyped,
+    P.Alt: _CAlt,
+    P.Maybe: _CMaybe,
+    P.ListOf: _CListOf,
+}
+_COMPILED: dict[int, tuple[Any, P.Pattern]] = {}  # id(pattern) -> (matcher, pattern)
+
+
+def compiled(pat: P.Pattern) -> Any:
+    """The matcher object of ``pat`` (compiled on first use; holds the pattern alive)."""
+    hit = _COMPILED.get(id(pat))
+    if hit is not None:
+        return hit[0]
+    kind = type(pat)
+    if kind is P.Wildcard:
+        node: Any = _CWildcard()
+    elif kind in _KINDS:
+        node = _KINDS[kind](pat)
+    else:
+        raise TypeError(f"not a pattern: {pat!r}")
+    _COMPILED[id(pat)] = (node, pat)
+    return node
+
+
+def _m(pat: P.Pattern, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+    """Match ``pat`` at ``value``: calls ``k()`` for each way it matches; True as soon as a
+    ``k()`` returns True (the state is then left as it is), else False, state restored."""
+    return compiled(pat).m(value, st, where, k)
