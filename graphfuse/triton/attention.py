@@ -28,6 +28,7 @@ from .attention_config import (
     nvfp4_row_strides,
     out_strides,
 )
+from .transpose import k_major
 
 
 @triton.jit
@@ -368,6 +369,8 @@ def attention_into(
     mask_kind, mask, mstr = mask_args(attn_mask, b, h, sq, skv, q)
     cfg = default_config(qk_dt, dp, sq, fast=fast, out_kind=out_kind, mask_kind=mask_kind)
     cfg.update(config or {})
+    if cfg.pop("VT") and v.dtype == torch.float8_e4m3fn and sq > 16 and v.stride(-2) != 1:
+        v = k_major(v)  # K-major FP8 V (see VT)
     if cfg.pop("V16") and v.dtype == torch.float8_e4m3fn and not fast:
         v = v.to(torch.float16)  # exact; keeps v's strides
         pv_dt = torch.float16

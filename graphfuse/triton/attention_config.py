@@ -69,8 +69,12 @@ def nvfp4_row_strides(layout: str, h: int, s: int, d: int) -> tuple[int, int, in
 #        2 the same with ``inv = g * rsqrt(sf * sf)``; 3: 2 with packed-half e2m1 codes
 #   V16: host side, default precision with FP8 v: upcast v to fp16 once per call (exact) so
 #        the kernel streams fp16 V tiles instead of converting each tile in registers
+#   VT: host side, FP8 v stored ``[.., S, D]`` (D contiguous) and Sq > 16: copy v once per
+#       call to K-major memory (``[.., D, S]``, keys contiguous) and pass that view, the
+#       operand layout FP8 wgmma reads for P·V (Triton's MN-major FP8 P·V runs at about
+#       half speed); costs one read + write of V, which the kernel reads Sq / BLOCK_M * G times
 KERNEL_KNOBS = ("LAZY", "FAST_L", "L_MMA", "REV_M", "EPI")
-HOST_KNOBS = ("V16",)
+HOST_KNOBS = ("V16", "VT")
 
 
 def default_config(
@@ -84,7 +88,7 @@ def default_config(
 ) -> dict:
     """Every knob of a prefill launch (tuned on an H200); ``attention_into``'s ``config``
     entries override them. See ``KERNEL_KNOBS`` / ``HOST_KNOBS`` above."""
-    cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False)
+    cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False, VT=fast)
     if sq <= 16:
         cfg.update(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
     elif qk_dt == torch.float8_e4m3fn:

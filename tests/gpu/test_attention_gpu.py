@@ -232,6 +232,8 @@ KNOBS = [
     dict(REV_M=1),
     dict(REV_M=2, LAZY=4.0, EPI=2),
     dict(V16=True),
+    dict(VT=True),
+    dict(VT=True, V16=True),
     dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, LAZY=8.0),
 ]
 
@@ -339,3 +341,16 @@ def test_attention_opcheck_cuda() -> None:
     torch.library.opcheck(ops.attention.default, (*args, torch.bfloat16), test_utils=utils)
     torch.library.opcheck(ops.attention_fp8.default, (*args, s), test_utils=utils)
     torch.library.opcheck(ops.attention_nvfp4.default, (*args, s * 1e4), test_utils=utils)
+
+
+def test_k_major_copy() -> None:
+    """``k_major`` (fast mode's V copy) keeps every byte, strided inputs included."""
+    from graphfuse.triton.transpose import k_major
+
+    gen = torch.Generator().manual_seed(5)
+    for shape in [(2, 3, 130, 64), (1, 8, 4096, 128), (1, 1, 5, 80)]:
+        x = (torch.randn(shape, generator=gen) * 64).to(FP8).cuda()
+        for v in (x, x.transpose(1, 2).contiguous().transpose(1, 2)):
+            y = k_major(v)
+            assert y.shape == v.shape and y.stride(-2) == 1
+            assert torch.equal(y.view(torch.uint8), v.view(torch.uint8))
