@@ -13,7 +13,7 @@ import torch
 from torch import fx
 
 from . import dsl as P
-from ._args import arg_index, arg_spec, normalize
+from ._args import _NO_DEFAULT, _rank, arg_index, arg_spec, canonical_dim, normalize
 from ._matcher import (
     Cont,
     _bind,
@@ -101,7 +101,7 @@ class _CCall:
             plan = self.plans[id(t)] = _Plan(self.pat, t)
         args = value.args
         if not plan.direct or plan.need > len(args):
-            args = _normalized(value, st.norm)
+            args = plan.read(value) if plan.reads is not None else _normalized(value, st.norm)
         if plan.missing is not None:
             st.fail("no_arg", value, plan.missing)
             st.undo(mark)
@@ -157,6 +157,8 @@ class _Plan:
         "fast_rest",
         "swapped_simple",
         "swapped_rest",
+        "reads",
+        "first",
     )
 
     def __init__(self, pat: P.Call, target: Any) -> None:
@@ -191,9 +193,44 @@ class _Plan:
             return simple, items([(i, p) for i, p in ps if not _simple(p)])
 
         self.items = items(pairs)
+        # What ``read`` needs of the schema: per argument the pattern reads, (index, name,
+        # default, is a dim); the first argument's (name, default) for the dims' rank.
+        self.reads: tuple | None = None
+        self.first: tuple = ()
+        if spec is not None and self.missing is None and self.need <= len(spec.names):
+            fill = tuple(None if d is _NO_DEFAULT else d for d in spec.defaults)
+            self.reads = tuple(
+                (i, spec.names[i], fill[i], i in spec.dim_args)
+                for i in sorted({i for i, _ in pairs})
+            )
+            self.first = (spec.names[0], fill[0]) if spec.names else ()
         self.fast_simple, self.fast_rest = split(pairs)
         self.swapped = items(swapped) if swapped else None
         self.swapped_simple, self.swapped_rest = split(swapped) if swapped else ((), [])
+
+    def read(self, node: fx.Node) -> list:
+        """``normalize(node)`` at the positions this plan reads (the others None): the
+        keyword, else the positional argument, else the schema default; dims made
+        non-negative with the rank of the (normalized) first argument."""
+        args, kwargs = node.args, node.kwargs
+        out: list = [None] * self.need
+        rank: Any = _NO_DEFAULT
+        for i, name, default, is_dim in self.reads:  # type: ignore[union-attr]
+            if name in kwargs:
+                v = kwargs[name]
+            elif i < len(args):
+                v = args[i]
+            else:
+                v = default
+            if is_dim:
+                if rank is _NO_DEFAULT:
+                    name0, default0 = self.first
+                    rank = _rank(
+                        kwargs[name0] if name0 in kwargs else args[0] if args else default0
+                    )
+                v = canonical_dim(v, rank)
+            out[i] = v
+        return out
 
 
 def _m_fast(simple: tuple, rest: list, args: list, node: fx.Node, st: _State, k: Cont) -> bool:
@@ -309,13 +346,73 @@ class _CTyped:
         return self.inner.one(value, st, where) and _type_ok(self.pat, value, st)
 
 
+# --------------------------------------------------------------------------- resolution
+# On the fast path, an ``alt`` of which a single branch may start at a value's target, or
+# a ``maybe`` whose chain cannot start at it, passes the value on to one inner matcher,
+# knowing by the target alone the tags / empty chains it records on the way. Such a run of
+# wrappers is resolved once per target into (final matcher, tags, chain names, wrappers
+# skipped) and matched in one step: the same matches, state and visit counts as walking
+# through each wrapper, without a Python call per wrapper.
+
+_FAIL = object()  # the final matcher of a resolution that certainly fails
+
+
+def _resolution(matcher: Any, value: Any) -> tuple:
+    """(final, ((alt name, tag), ...), (maybe name, ...), wrappers skipped) for ``value``'s
+    target; final is ``matcher`` itself where it cannot be resolved (several ways), or
+    ``_FAIL``. Cached per target on the wrapper."""
+    res = getattr(matcher, "res", None)
+    if res is None:
+        return (matcher, (), (), 0)
+    t = value.target if isinstance(value, fx.Node) and value.op == "call_function" else None
+    hit = res.get(id(t))
+    if hit is None or hit[0] is not t:
+        hit = res[id(t)] = (t, *matcher.resolve(value))
+    return hit[1:]
+
+
+def _run_resolved(r: tuple, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+    final, tags, chains, skipped = r
+    st.visits += skipped
+    if final is _FAIL:
+        return False
+    if not tags and not chains:
+        return final.m(value, st, where, k)
+    trail = st.trail
+    mark = len(trail)
+    for name, tag in tags:
+        st.tags[name] = tag
+        trail.append((st.tags, name))
+    for name in chains:
+        st.chains[name] = ()
+        trail.append((st.chains, name))
+    if final.m(value, st, where, k):
+        return True
+    st.undo(mark)
+    return False
+
+
 class _CAlt:
-    __slots__ = ("pat", "name", "branches", "by_target")
+    __slots__ = ("pat", "name", "branches", "by_target", "res")
 
     def __init__(self, pat: P.Alt) -> None:
         self.pat, self.name = pat, pat.name
         self.branches = tuple((tag, compiled(b), _first_set(b)) for tag, b in pat.branches)
         self.by_target: dict[int, tuple[Any, tuple]] = {}
+        self.res: dict[int, tuple] = {}  # id(target) -> (target, *resolution)
+
+    def resolve(self, value: Any) -> tuple:
+        """See :func:`_resolution`: one branch may match ``value``'s target, or none."""
+        kept = self._fast_branches(value)
+        if not kept:
+            return (_FAIL, (), (), 1)
+        if len(kept) > 1:
+            return (self, (), (), 0)
+        tag, branch, _ = kept[0]
+        final, tags, chains, skipped = _resolution(branch, value)
+        if self.name is not None:
+            tags = ((self.name, tag),) + tags
+        return (final, tags, chains, skipped + 1)
 
     def _fast_branches(self, value: Any) -> tuple:
         """The branches that may match ``value``, cached per target."""
@@ -327,6 +424,10 @@ class _CAlt:
         return hit[1]
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        if st.fast:
+            r = _resolution(self, value)
+            if r[0] is not self:
+                return _run_resolved(r, value, st, where, k)
         st.visits += 1
         name = self.name
         trail = st.trail
@@ -342,32 +443,54 @@ class _CAlt:
 
 
 class _CMaybe:
-    __slots__ = ("exact", "packets", "where", "name", "inner", "inner_first")
+    __slots__ = ("exact", "packets", "where", "name", "inner", "inner_first", "by_target", "res")
 
     def __init__(self, pat: P.Maybe) -> None:
         self.exact, self.packets = _first_set(_probe(pat.targets))  # type: ignore[misc]
         self.where, self.name = pat.where, pat.name
         self.inner, self.inner_first = compiled(pat.inner), _first_set(pat.inner)
+        # id(target) -> (target, is a chain op, the inner pattern may start at it);
+        # target None for a value that is not a call
+        self.by_target: dict[int, tuple[Any, bool, bool]] = {}
+        self.res: dict[int, tuple] = {}  # id(target) -> (target, *resolution)
 
-    def _starts(self, node: Any) -> bool:
-        """``node`` is a chain op this maybe may pass through."""
-        if not isinstance(node, fx.Node) or node.op != "call_function":
-            return False
-        t = node.target
-        return (
-            (
+    def resolve(self, value: Any) -> tuple:
+        """See :func:`_resolution`: ``value``'s target is no chain op, so no chain."""
+        _, chain_op, may = self._kind(value)
+        if chain_op:
+            return (self, (), (), 0)
+        if not may:
+            return (_FAIL, (), (), 1)
+        final, tags, chains, skipped = _resolution(self.inner, value)
+        if self.name is not None:
+            chains = (self.name,) + chains
+        return (final, tags, chains, skipped + 1)
+
+    def _kind(self, value: Any) -> tuple[Any, bool, bool]:
+        """What this maybe knows of ``value`` by its target alone (cached per target)."""
+        call = isinstance(value, fx.Node) and value.op == "call_function"
+        t = value.target if call else None
+        hit = self.by_target.get(id(t))
+        if hit is None or hit[0] is not t:
+            chain_op = call and (
                 id(t) in self.exact
                 or bool(self.packets)
                 and id(getattr(t, "overloadpacket", None)) in self.packets
             )
-            and bool(node.args)
-            and (self.where is None or self.where(node))
-        )
+            may = self.inner_first is None or _ids_may(self.inner_first, value)
+            hit = self.by_target[id(t)] = (t, chain_op, may)
+        return hit
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        if st.fast:
+            r = _resolution(self, value)
+            if r[0] is not self:
+                return _run_resolved(r, value, st, where, k)
         st.visits += 1
-        if not self._starts(value):  # no chain: the inner pattern at the value itself
-            if st.fast and self.inner_first is not None and not _ids_may(self.inner_first, value):
+        kind = self._kind(value)
+        if not (kind[1] and value.args and (self.where is None or self.where(value))):
+            # no chain: the inner pattern at the value itself
+            if st.fast and not kind[2]:
                 return False
             if self.name is None:
                 return self.inner.m(value, st, where, k)
@@ -377,16 +500,20 @@ class _CMaybe:
                 return True
             st.undo(mark)
             return False
-        steps: list[tuple[Any, tuple]] = [(value, ())]
+        # (value, chain passed through to reach it, the inner pattern may start at it)
+        steps: list[tuple[Any, tuple, bool]] = []
         chain: tuple = ()
-        cur = value
-        while self._starts(cur):
+        cur, test = value, self.where
+        while True:
+            steps.append((cur, chain, kind[2]))
+            if not (kind[1] and cur.args and (test is None or test(cur))):
+                break
             chain += (cur,)
             cur = cur.args[0]
-            steps.append((cur, chain))
-        fast, first = st.fast, self.inner_first
-        for inner_value, through in reversed(steps):  # longest chain first
-            if fast and first is not None and not _ids_may(first, inner_value):
+            kind = self._kind(cur)
+        fast = st.fast
+        for inner_value, through, may in reversed(steps):  # longest chain first
+            if fast and not may:
                 continue
             mark = len(st.trail)
             for n in through:

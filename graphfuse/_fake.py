@@ -27,7 +27,9 @@ def _tensor_key(v: torch.Tensor) -> Any:
 def _key_of(v: Any) -> Any:
     if isinstance(v, torch.Tensor):
         return _tensor_key(v)
-    if v is None or isinstance(v, (bool, int, float, str, torch.dtype)):
+    if isinstance(v, (bool, float)):  # 2, 2.0 and True compare equal
+        return (type(v), v)
+    if v is None or isinstance(v, (int, str, torch.dtype)):
         return v
     if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("S", str(v))
@@ -70,7 +72,7 @@ class FakePropagator:
         no ``meta["val"]``."""
         t = type(a)
         if t in _SCALARS:
-            return a
+            return (t, a) if t is float or t is bool else a
         if t is fx.Node:
             v = a.meta.get("val", _MISSING)
             if isinstance(v, torch.Tensor):
@@ -84,11 +86,40 @@ class FakePropagator:
             return _MISSING if any(p is _MISSING for p in parts) else (t.__name__, parts)
         return _key_of(_val_of(a))
 
+    def _key_parts(self, args: Any) -> tuple | None:
+        """The keys of ``args`` (None when one is _MISSING). Inline fast paths for plain
+        scalars and nodes whose fake tensor was keyed before; float and bool scalars are
+        keyed with their type (``2``, ``2.0`` and ``True`` compare equal, but ``x * 2``
+        and ``x * 2.0`` of an integer tensor have different dtypes)."""
+        keys = self._tensor_keys
+        parts = []
+        for a in args:
+            t = type(a)
+            if t in _SCALARS:
+                parts.append((t, a) if t is float or t is bool else a)
+                continue
+            if t is fx.Node:
+                v = a.meta.get("val", _MISSING)
+                hit = keys.get(id(v))
+                if hit is not None and hit[0] is v:
+                    parts.append(hit[1])
+                    continue
+            k = self._arg_key(a)
+            if k is _MISSING:
+                return None
+            parts.append(k)
+        return tuple(parts)
+
     def __call__(self, target: Any, args: tuple, kwargs: dict) -> Any:
-        kargs = tuple(self._arg_key(a) for a in args)
-        kkwargs = tuple((k, self._arg_key(v)) for k, v in kwargs.items())
-        if any(p is _MISSING for p in kargs) or any(p is _MISSING for _, p in kkwargs):
+        kargs = self._key_parts(args)
+        if kargs is None:
             return None
+        kkwargs: tuple = ()
+        if kwargs:
+            kvals = self._key_parts(kwargs.values())
+            if kvals is None:
+                return None
+            kkwargs = tuple(zip(kwargs, kvals))
         key = (target, kargs, kkwargs)
         if key in self._cache:
             self.hits += 1

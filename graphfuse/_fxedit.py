@@ -12,6 +12,7 @@ a plain value).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -43,6 +44,44 @@ def _hooked(graph: fx.Graph, name: str) -> bool:
     return owner is not None and bool(getattr(owner, name, None))
 
 
+# Per graph side table: (op, id(target)) -> (target, the table's bucket of that key). A
+# bucket is created once per key and never replaced, so it can be fetched once instead of
+# hashing the target (``OpOverload.__hash__`` runs Python code) on every insert / remove.
+_BUCKETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_NAMES: dict[int, tuple[Any, str]] = {}  # id(target) -> (target, Graph._target_to_str)
+_TARGET_TO_STR = fx.Graph._target_to_str
+
+
+def _buckets(graph: fx.Graph) -> dict:
+    table = graph._find_nodes_lookup_table
+    got = _BUCKETS.get(table)
+    if got is None:
+        got = _BUCKETS[table] = {}
+    return got
+
+
+def _bucket(buckets: dict, graph: fx.Graph, node: fx.Node) -> dict:
+    """The side-table bucket ``node`` is filed in (``table.table[table._key(node)]``)."""
+    op, target = node.op, node.target
+    if op != "call_function":
+        target = None
+    hit = buckets.get((op, id(target)))
+    if hit is None or hit[0] is not target:
+        table = graph._find_nodes_lookup_table
+        hit = buckets[(op, id(target))] = (target, table.table[table._key(node)])
+    return hit[1]
+
+
+def _base_name(graph: fx.Graph, target: Any) -> str:
+    """``graph._target_to_str(target)`` (a pure function of the target), cached."""
+    if type(graph)._target_to_str is not _TARGET_TO_STR:
+        return graph._target_to_str(target)
+    hit = _NAMES.get(id(target))
+    if hit is None or hit[0] is not target:
+        hit = _NAMES[id(target)] = (target, graph._target_to_str(target))
+    return hit[1]
+
+
 def create_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.Node:
     """``graph.create_node("call_function", target, args, kwargs)`` at the insert point."""
     if (
@@ -53,11 +92,11 @@ def create_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.N
     ):
         return graph.create_node("call_function", target, args, kwargs)
     namespace = graph._graph_namespace
-    name = namespace.create_name(graph._target_to_str(target), None)
+    name = namespace.create_name(_base_name(graph, target), None)
     node = fx.Node(graph, name, "call_function", target, args, kwargs or immutable_dict(), None)
     namespace.associate_name_with_obj(name, node)
     graph._insert(node)
-    graph._find_nodes_lookup_table.insert(node)
+    _bucket(_buckets(graph), graph, node)[node] = None
     graph._len += 1
     return node
 
@@ -75,15 +114,22 @@ def erase(graph: fx.Graph, nodes: list[fx.Node], *, unused_only: bool = False) -
             if not (unused_only and node.users):
                 graph.erase_node(node)
         return
-    remove = graph._find_nodes_lookup_table.remove
+    buckets = _buckets(graph)
+    get = buckets.get
+    setattr_, none = _SETATTR, _none
     for node in nodes:
-        if unused_only and node.users:
+        if node.users and unused_only:
             continue
         if node.users or node._erased or node.graph is not graph:
             graph.erase_node(node)  # raises or warns as fx does
             continue
-        remove(node)
+        op, target = node.op, node.target
+        hit = get((op, id(target))) if op == "call_function" else None
+        if hit is None or hit[0] is not target:
+            del _bucket(buckets, graph, node)[node]
+        else:
+            del hit[1][node]
         node._remove_from_list()
-        _SETATTR(node, "_erased", True)
+        setattr_(node, "_erased", True)
         graph._len -= 1
-        node._update_args_kwargs(_map_arg(node._args, _none), _map_arg(node._kwargs, _none))
+        node._update_args_kwargs(_map_arg(node._args, none), _map_arg(node._kwargs, none))

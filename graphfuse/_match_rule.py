@@ -54,26 +54,64 @@ def match_rule(
     """
     if tracer is None and _quick_reject(rule.patterns[0], node):
         return None
+    # The escape check and ``rule.check`` run after the search has unwound, not inside
+    # its innermost continuation: the search nests a few Python frames per pattern node,
+    # and CPython (3.11+) frees a frame-stack chunk as soon as its first frame returns, so
+    # a check making dozens of calls across a chunk boundary would allocate and free
+    # (mmap / munmap) a chunk on every call. A failing solution is skipped by searching
+    # again past it (the order of solutions is fixed), a few times at most; then the
+    # remaining solutions are checked in place.
+    first_failure: Failure | None = None
+    for skip in range(_MAX_RESEARCH + 1):
+        m, failure = _search(rule, node, tracer, norm, skip, inline=skip == _MAX_RESEARCH)
+        if failure is not None and first_failure is None:
+            first_failure = failure
+        if m is None:
+            return first_failure
+        if skip == _MAX_RESEARCH:  # checked in place
+            return m
+        failure = escape_of(m.nodes, m.roots, m.node_set) or m.run_check()
+        if failure is None:
+            return m
+        if first_failure is None:
+            first_failure = failure
+    return first_failure
+
+
+_MAX_RESEARCH = 3  # searches again past a failing solution at most this many times
+
+
+def _search(
+    rule: Rule, node: fx.Node, tracer: _Tracer | None, norm: dict | None, skip: int, inline: bool
+) -> tuple[Match | None, Failure | None]:
+    """The structural solution after the first ``skip`` ones, not yet checked; with
+    ``inline``, the first one after them that passes the checks (checked in place), and
+    the first failure met on the way."""
     st = _State(tracer, norm)
     found: list[Match] = []
-    first_failure: list[Failure] = []
+    failures: list[Failure] = []
+    seen = [0]
 
     def accept(roots: tuple[fx.Node, ...]) -> bool:
+        if seen[0] < skip:
+            seen[0] += 1
+            return False
         m = Match(rule, roots, st)
-        failure = escape_of(m.nodes, roots, st.node_set) or m.run_check()
-        if failure is None:
-            found.append(m)
-            return True
-        if not first_failure:
-            first_failure.append(failure)
-        return False
+        if inline:
+            failure = escape_of(m.nodes, roots, st.node_set) or m.run_check()
+            if failure is not None:
+                if not failures:
+                    failures.append(failure)
+                return False
+        found.append(m)
+        return True
 
     _ensure_stack()
     try:
         _m_roots(rule.patterns, 0, (node,), st, accept)
     finally:
         VISITS[0] += st.visits
-    return found[0] if found else (first_failure[0] if first_failure else None)
+    return (found[0] if found else None), (failures[0] if failures else None)
 
 
 _MIN_RECURSION = 20_000

@@ -40,9 +40,13 @@ _ASSERT_TARGETS = frozenset(
 )
 
 
+# by id: hashing an OpOverload runs Python code (the targets above live as long as torch)
+_ASSERT_IDS = frozenset(map(id, _ASSERT_TARGETS))
+
+
 def is_metadata_assert(node: fx.Node) -> bool:
     """True for users that only assert metadata (they never count as escapes)."""
-    return node.op == "call_function" and node.target in _ASSERT_TARGETS
+    return node.op == "call_function" and id(node.target) in _ASSERT_IDS
 
 
 class _Tracer:

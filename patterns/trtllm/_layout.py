@@ -63,9 +63,62 @@ def _strip(groups: Groups, sizes: dict[str, Any]) -> Groups:
     return [tuple(lb for lb in g if not same_size(sizes[lb], 1)) for g in groups]
 
 
+# Results of output_layout for int sizes, keyed by everything the simulation reads: the
+# start's shape, B / H / S / D, and per chain op its target and the arguments it reads
+# (dims of a transpose / permute) or its output shape (reshapes). A rule firing on a
+# thousand same-shaped blocks simulates once.
+_CACHE: dict[tuple, str | None] = {}
+_CACHE_MAX = 4096
+STATS = {"hits": 0, "misses": 0}
+
+
+def _ints(xs: Any) -> tuple | None:
+    out = tuple(xs)
+    return out if all(type(x) is int for x in out) else None
+
+
+def _cache_key(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> tuple | None:
+    """The cache key of one simulation; None when a size is symbolic (not cached)."""
+    shape = _ints(start.meta["val"].shape)
+    dims = _ints(sizes.values())
+    if shape is None or dims is None:
+        return None
+    key: list = [shape, tuple(sizes), dims]
+    for node in chain:
+        t, args = node.target, node.args
+        if t is aten.transpose.int:
+            read: Any = (args[1], args[2])
+        elif t is aten.permute.default:
+            read = tuple(args[1])
+        elif t in _IDENTITY:
+            read = None
+        else:
+            read = _ints(node.meta["val"].shape)
+            if read is None:
+                return None
+        if not all(type(x) is int for x in (read or ())):
+            return None
+        key.append((t, read))
+    return tuple(key)
+
+
 def output_layout(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> str | None:
     """The layout name the chain (outermost first) produces from ``start``'s value, where
     ``start`` holds ``[B, H, S, D]`` (possibly already flattened, e.g. ``[B*H, S, D]``)."""
+    key = _cache_key(start, chain, sizes)
+    if key is not None and key in _CACHE:
+        STATS["hits"] += 1
+        return _CACHE[key]
+    STATS["misses"] += 1
+    out = _simulate(start, chain, sizes)
+    if key is not None:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[key] = out
+    return out
+
+
+def _simulate(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> str | None:
     groups = _regroup(["B", "H", "S", "D"], sizes, start.meta["val"].shape)
     for node in reversed(chain):
         if groups is None:
