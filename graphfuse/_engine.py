@@ -9,21 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import fx
 
 from . import dsl as P
 from ._args import _NO_DEFAULT, _rank, arg_index, arg_spec, canonical_dim, normalize
+from ._leaves import _CCapture, _CListOf, _CLiteral, _CTyped, _CWildcard
 from ._matcher import (
     Cont,
     _bind,
     _first_set,
     _ids_may,
-    _literal_equal,
     _probe,
     _State,
-    _type_ok,
-    _val,
 )
 
 # Every pattern is compiled once into a tree of matcher objects (one per pattern node,
@@ -252,102 +249,6 @@ def _m_args(items: list, i: int, args: list, node: fx.Node, st: _State, k: Cont)
     return sub.m(arg, st, (node, idx), lambda: _m_args(items, i + 1, args, node, st, k))
 
 
-class _CCapture:
-    __slots__ = ("name", "kind")
-
-    def __init__(self, pat: P.Capture) -> None:
-        self.name, self.kind = pat.name, pat.kind
-
-    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
-        """Match without a continuation (a leaf matches in at most one way): extend the
-        state and return True, or return False (the caller undoes)."""
-        st.visits += 1
-        if self.kind == "tensor":
-            val = _val(value)
-            if not isinstance(value, fx.Node) or (
-                val is not None and not isinstance(val, torch.Tensor)
-            ):
-                st.fail("kind", self.name, value, "a tensor", where)
-                return False
-        elif self.kind == "scalar":
-            ok = isinstance(value, (int, float, bool)) or isinstance(
-                _val(value), (torch.SymInt, torch.SymFloat, torch.SymBool)
-            )
-            if not ok:
-                st.fail("kind", self.name, value, "a scalar", where)
-                return False
-        return _bind(st, self.name, value, where)
-
-    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        mark = len(st.trail)
-        if self.one(value, st, where) and k():
-            return True
-        st.undo(mark)
-        return False
-
-
-class _CWildcard:
-    __slots__ = ()
-
-    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
-        st.visits += 1
-        return True
-
-    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        st.visits += 1
-        return k()
-
-
-class _CLiteral:
-    __slots__ = ("value",)
-
-    def __init__(self, pat: P.Literal) -> None:
-        self.value = pat.value
-
-    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
-        st.visits += 1
-        if _literal_equal(self.value, value, where):
-            return True
-        st.fail("literal", where, value, self.value)
-        return False
-
-    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        return self.one(value, st, where) and k()
-
-
-class _CTyped:
-    __slots__ = ("pat", "inner")
-
-    def __init__(self, pat: P.Typed) -> None:
-        self.pat, self.inner = pat, compiled(pat.inner)
-
-    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        st.visits += 1
-        pat = self.pat
-
-        def typed() -> bool:
-            mark = len(st.trail)
-            if _type_ok(pat, value, st) and k():
-                return True
-            st.undo(mark)
-            return False
-
-        return self.inner.m(value, st, where, typed)
-
-    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
-        """For a simple inner pattern only (see ``_CCapture.one``)."""
-        st.visits += 1
-        return self.inner.one(value, st, where) and _type_ok(self.pat, value, st)
-
-
-# --------------------------------------------------------------------------- resolution
-# On the fast path, an ``alt`` of which a single branch may start at a value's target, or
-# a ``maybe`` whose chain cannot start at it, passes the value on to one inner matcher,
-# knowing by the target alone the tags / empty chains it records on the way. Such a run of
-# wrappers is resolved once per target into (final matcher, tags, chain names, wrappers
-# skipped) and matched in one step: the same matches, state and visit counts as walking
-# through each wrapper, without a Python call per wrapper.
-
 _FAIL = object()  # the final matcher of a resolution that certainly fails
 
 
@@ -518,40 +419,6 @@ class _CMaybe:
                 return True
             st.undo(mark)
         return False
-
-
-class _CListOf:
-    __slots__ = ("pat", "items")
-
-    def __init__(self, pat: P.ListOf) -> None:
-        self.pat = pat
-        self.items = tuple((compiled(p), _first_set(p)) for p in pat.items)
-
-    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        st.visits += 1
-        if not isinstance(value, (list, tuple)) or len(value) != len(self.items):
-            st.fail("literal", where, value, self.pat)
-            return False
-        if not self.items:
-            return k()
-        return _m_items(self.items, 0, value, st, where, k)
-
-    def one(self, value: Any, st: _State, where: tuple | None) -> bool:
-        """For simple items only (see ``_CCapture.one``)."""
-        st.visits += 1
-        if not isinstance(value, (list, tuple)) or len(value) != len(self.items):
-            st.fail("literal", where, value, self.pat)
-            return False
-        return all(sub.one(v, st, where) for (sub, _), v in zip(self.items, value))
-
-
-def _m_items(items: tuple, i: int, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-    sub, first = items[i]
-    if st.fast and first is not None and not _ids_may(first, value[i]):
-        return False
-    if i + 1 == len(items):
-        return sub.m(value[i], st, where, k)
-    return sub.m(value[i], st, where, lambda: _m_items(items, i + 1, value, st, where, k))
 
 
 _KINDS: dict[type, Any] = {
