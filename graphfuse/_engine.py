@@ -273,14 +273,11 @@ def _run_resolved(r: tuple, value: Any, st: _State, where: tuple | None, k: Cont
         return False
     if not tags and not chains:
         return final.m(value, st, where, k)
-    trail = st.trail
-    mark = len(trail)
+    mark = len(st.trail)
     for name, tag in tags:
-        st.tags[name] = tag
-        trail.append((st.tags, name))
+        st.put(st.tags, name, tag)
     for name in chains:
-        st.chains[name] = ()
-        trail.append((st.chains, name))
+        st.put(st.chains, name, ())
     if final.m(value, st, where, k):
         return True
     st.undo(mark)
@@ -325,12 +322,10 @@ class _CAlt:
                 return _run_resolved(r, value, st, where, k)
         st.visits += 1
         name = self.name
-        trail = st.trail
         for tag, branch, _ in self._fast_branches(value) if st.fast else self.branches:
-            mark = len(trail)
+            mark = len(st.trail)
             if name is not None:
-                st.tags[name] = tag
-                trail.append((st.tags, name))
+                st.put(st.tags, name, tag)
             if branch.m(value, st, where, k):
                 return True
             st.undo(mark)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import fx
 
@@ -20,32 +22,6 @@ from ._rules import RuleSet
 Progress = Callable[[int, int], None]
 
 
-def run_rules(
-    graph: fx.Graph,
-    rules: RuleSet,
-    *,
-    dry_run: bool = False,
-    explain: bool = False,
-    min_depth: int = 2,
-    max_iterations: int = 32,
-    lint: bool = True,
-    progress: Progress | None = None,
-) -> Report:
-    """Rewrite ``graph`` in place with ``rules`` until nothing more fires (see
-    :func:`_run_rules` for the arguments), from a frame that reserves frame-stack room."""
-    return _in_reserved_stack(
-        _run_rules,
-        graph,
-        rules,
-        dry_run=dry_run,
-        explain=explain,
-        min_depth=min_depth,
-        max_iterations=max_iterations,
-        lint=lint,
-        progress=progress,
-    )
-
-
 # CPython (3.11+) keeps Python frames in chunks of a per-thread stack and frees a chunk as
 # soon as its first frame returns. The matcher nests a few frames per pattern node, so
 # wherever a frame sits just below a chunk boundary, each of its calls allocates and frees
@@ -53,26 +29,40 @@ def run_rules(
 # benchmark). Running the sweep from a frame with many (unused) locals puts it at the base
 # of a fresh chunk twice its size, which stays allocated for the whole run and gives the
 # frames above it room (about 2,000 of them) before the next boundary.
-_RESERVE_LOCALS = 1 << 15  # 256 KiB of frame on a 64-bit build
+_RESERVE_LOCALS = 1 << 15  # 256 KiB of frame on a 64-bit build (CPython 3.11 only: measured there)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _in_reserved_stack(fn: Callable[..., Report], *args: Any, **kwargs: Any) -> Report:
+def _reserved_frame(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Calls ``fn``; its code object gets ``_RESERVE_LOCALS`` extra locals below. It must
+    stay free of closures: extra locals shift cell slots, and the interpreter crashes."""
     return fn(*args, **kwargs)
 
 
-def _reserve_stack() -> None:
-    code = _in_reserved_stack.__code__
+def _reserve_locals() -> None:
+    if sys.version_info[:2] != (3, 11):  # the frame layout this relies on, as measured
+        return
+    code = _reserved_frame.__code__
     names = code.co_varnames + tuple(f"_unused{i}" for i in range(_RESERVE_LOCALS))
-    try:
-        _in_reserved_stack.__code__ = code.replace(co_varnames=names, co_nlocals=len(names))
-    except Exception:  # an interpreter whose code objects differ: run without the reserve
-        pass
+    _reserved_frame.__code__ = code.replace(co_varnames=names, co_nlocals=len(names))
 
 
-_reserve_stack()
+_reserve_locals()
 
 
-def _run_rules(
+def _in_reserved_stack(fn: _F) -> _F:
+    """``fn``, called from :func:`_reserved_frame`."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return _reserved_frame(fn, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+@_in_reserved_stack
+def run_rules(
     graph: fx.Graph,
     rules: RuleSet,
     *,
