@@ -20,7 +20,12 @@ from torch import fx
 from torch.fx.immutable_collections import immutable_dict
 
 _INTERNALS = ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len")
-FAST = all(hasattr(fx.Graph(), a) for a in _INTERNALS) and hasattr(fx.Node, "_remove_from_list")
+# the fx internals these edits (and graphfuse._program's fast copy) use
+FAST = (
+    all(hasattr(fx.Graph(), a) for a in _INTERNALS)
+    and hasattr(fx.Graph()._find_nodes_lookup_table, "table")
+    and hasattr(fx.Node, "_remove_from_list")
+)
 
 # Argument types that cannot hold a raw SymInt (create_node's scan would find nothing).
 _PLAIN = frozenset((fx.Node, int, float, bool, str, type(None), torch.dtype, torch.device))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import torch
 from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
 from ._errors import GraphfuseError
+from ._fxedit import _SETATTR, FAST, _bucket, _buckets, _map_arg
 
 Program = ExportedProgram | fx.GraphModule
 
@@ -53,14 +53,6 @@ def copy_graph_module(gm: fx.GraphModule, *, recompile: bool = True) -> fx.Graph
     return new
 
 
-_GRAPH_INTERNALS = ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len")
-_SETATTR = object.__setattr__
-_map_arg = getattr(torch._C, "_fx_map_arg", fx.map_arg)
-_FAST_COPY = all(hasattr(fx.Graph(), a) for a in _GRAPH_INTERNALS) and hasattr(
-    fx.Graph()._find_nodes_lookup_table, "table"
-)
-
-
 def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node]) -> Any:
     """``graph.graph_copy(src, val_map, return_output_node=True)``, about twice as fast.
 
@@ -69,13 +61,11 @@ def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node])
     this builds them as ``create_node`` does, without the scan. Falls back to fx's copy on
     a torch whose Graph lacks the internals it uses.
     """
-    if not _FAST_COPY:
+    if not FAST:
         return graph.graph_copy(src, val_map, return_output_node=True)
-    namespace, table = graph._graph_namespace, graph._find_nodes_lookup_table
+    namespace = graph._graph_namespace
     lookup = val_map.__getitem__
-    # the side table's bucket of each (op, target), fetched once: hashing an OpOverload
-    # runs Python code, once per node in table.insert
-    buckets: dict[tuple[str, int], dict] = {}
+    buckets = _buckets(graph)  # side-table buckets fetched once per (op, target)
     for node in src.nodes:
         op, target = node.op, node.target
         if op == "output":
@@ -90,10 +80,7 @@ def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node])
         _SETATTR(new, "meta", meta.copy() if type(meta) is dict else copy.copy(meta))
         namespace.associate_name_with_obj(name, new)
         graph._insert(new)
-        bucket = buckets.get((op, id(target)))
-        if bucket is None:
-            bucket = buckets[(op, id(target))] = table.table[table._key(new)]
-        bucket[new] = None
+        _bucket(buckets, graph, new)[new] = None
         graph._len += 1
         val_map[node] = new
     return None

@@ -26,7 +26,7 @@ def _describe(graph: fx.Graph) -> list[tuple]:
 def test_fast_copy_equals_fx_graph_copy() -> None:
     ep = torch.export.export(_Block(), (torch.randn(2, 3, 4), torch.randn(2, 3, 4)))
     src = ep.graph_module
-    assert _program._FAST_COPY, "torch's Graph lost an internal the fast copy uses"
+    assert _program.FAST, "torch's Graph lost an internal the fast copy uses"
     fast = copy_graph_module(src)
     ref_graph = fx.Graph()
     ref_map: dict[fx.Node, fx.Node] = {}
@@ -65,6 +65,6 @@ def test_fast_copy_equals_fx_graph_copy() -> None:
 def test_fallback_copy_is_fx_graph_copy(monkeypatch) -> None:
     ep = torch.export.export(_Block(), (torch.randn(2, 3, 4), torch.randn(2, 3, 4)))
     fast = copy_graph_module(ep.graph_module)
-    monkeypatch.setattr(_program, "_FAST_COPY", False)
+    monkeypatch.setattr(_program, "FAST", False)
     slow = copy_graph_module(ep.graph_module)
     assert _describe(fast.graph) == _describe(slow.graph)
