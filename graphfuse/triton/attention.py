@@ -5,8 +5,8 @@ over ``BLOCK_N``-key tiles (FlashAttention-2 order, exp2 with the scales folded 
 FP8 q and k multiply on the FP8 tensor cores (K tile loaded as ``[D, N]``: K-major, what FP8
 wgmma wants). P·V: ``precision="default"`` rounds P to fp16 (bf16 for bf16 v) and upcasts an
 FP8 V tile in registers (e4m3 -> fp16 is exact); ``"fast"`` with FP8 v rounds ``256 * P`` to
-e4m3 and multiplies on the FP8 tensor cores (the V tile's transpose to K-major happens in
-shared memory inside the kernel: no transposed copy of V in device memory). Causal masks split
+e4m3 and multiplies on the FP8 tensor cores, which read V K-major: a V stored ``[.., S, D]``
+is copied K-major once per call first (knob ``VT``, ``transpose.k_major``). Causal masks split
 the key loop into unmasked tiles and the diagonal tiles, which alone pay for the mask.
 Variants (lazy rescaling, row sums on the tensor cores, block order, epilogue form, ...) are
 constexpr knobs; ``attention_config.default_config`` chooses all of them.

@@ -27,15 +27,22 @@ def _transpose_bytes(X, Y, H, S, D, sxb, sxh, sxs, BS: tl.constexpr, BD: tl.cons
     tl.store(out, tl.trans(tile), mask=tl.trans(m))
 
 
-def k_major(v: torch.Tensor) -> torch.Tensor:
+def k_major(v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``v`` (``[B, H, S, D]``, one-byte elements, D contiguous) as a view of the same shape
-    whose memory is ``[B, H, D, S]`` contiguous (a fresh copy; stream-ordered, capturable)."""
+    whose memory is ``[B, H, D, S]`` contiguous (a copy into ``out``, a contiguous
+    ``[B, H, D, S]`` tensor of v's dtype, or a fresh one; stream-ordered, capturable)."""
     b, h, s, d = v.shape
     if v.element_size() != 1 or v.stride(3) != 1:
         raise ValueError(
             f"k_major needs one-byte elements with D contiguous, got {v.dtype}, {v.stride()}"
         )
-    out = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
+    if out is None:
+        out = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
+    elif out.shape != (b, h, d, s) or out.dtype != v.dtype or not out.is_contiguous():
+        raise ValueError(
+            f"k_major: out must be a contiguous {(b, h, d, s)} {v.dtype} tensor, got "
+            f"{tuple(out.shape)} {out.dtype}"
+        )
     if out.numel():
         x8, y8 = v.view(torch.uint8), out.view(torch.uint8)
         grid = (triton.cdiv(s, 64), triton.cdiv(d, 64), b * h)

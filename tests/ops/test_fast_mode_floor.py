@@ -38,7 +38,7 @@ def test_fp8_p_rounds_the_probabilities() -> None:
 def test_fp8_p_floor_exceeds_the_numerics_limit() -> None:
     """On the GPU test's fast-mode shape (Sq=200, Skv=130, D=64, FP8 q/k/v) the FP8 output of
     exact e4m3-P attention has an RMSE ratio above NUMERICS.md's fast-mode 1.25 for every
-    seed: the limit is below the format's own floor (measured 1.26-1.33)."""
+    seed: the limit is below the format's own floor (measured 1.30-1.32, seeds 0-3)."""
     ratios = []
     for seed in range(4):
         gen = torch.Generator().manual_seed(seed)
@@ -50,4 +50,4 @@ def test_fp8_p_floor_exceeds_the_numerics_limit() -> None:
         got = fp8_static_quant_ref(floor, s_o).float() * s_o
         ratios.append(((got - wide).pow(2).mean() / (ref - wide).pow(2).mean()).sqrt().item())
     print("e4m3-P floor RMSE ratios:", [round(r, 3) for r in ratios])
-    assert min(ratios) > 1.2 and sum(ratios) / len(ratios) > 1.25, ratios
+    assert min(ratios) > 1.25, ratios
