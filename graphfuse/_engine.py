@@ -13,6 +13,7 @@ from torch import fx
 
 from . import dsl as P
 from ._args import _NO_DEFAULT, _rank, arg_index, arg_spec, canonical_dim, normalize
+from ._codegen import generate
 from ._leaves import _CCapture, _CListOf, _CLiteral, _CTyped, _CWildcard
 from ._matcher import (
     Cont,
@@ -68,7 +69,25 @@ class _CCall:
         # re-walking its whole sub-pattern could only bind the same values again.
         self.shared = pat.name is not None and _one_way(pat)
 
+    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        """The fast path (no tracer): the generated function of the value's target."""
+        if not isinstance(value, fx.Node) or value.op != "call_function":
+            st.visits += 1
+            return False
+        t = value.target
+        plan = self.plans.get(id(t))
+        if plan is None or plan.target is not t:
+            if id(t) not in self.exact and not (
+                self.packets and id(getattr(t, "overloadpacket", None)) in self.packets
+            ):
+                st.visits += 1
+                return False
+            plan = self.plans[id(t)] = _Plan(self, t)
+        return plan.fast(value, st, where, k)
+
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        if st.fast:
+            return self.fast(value, st, where, k)
         st.visits += 1
         if not isinstance(value, fx.Node) or value.op != "call_function":
             st.fail("not_call", where, value, self.pat)
@@ -79,8 +98,6 @@ class _CCall:
         ):
             st.fail("target", value, self.pat)
             return False
-        if self.shared and st.fast and (self, value) in st.done:
-            return k()
         mark = len(st.trail)
         if self.name is not None and not _bind(st, self.name, value, where):
             return False
@@ -89,7 +106,7 @@ class _CCall:
         st.add_node(value)
         plan = self.plans.get(id(t))
         if plan is None or plan.target is not t:
-            plan = self.plans[id(t)] = _Plan(self.pat, t)
+            plan = self.plans[id(t)] = _Plan(self, t)
         args = value.args
         if not plan.direct or plan.need > len(args):
             args = plan.read(value) if plan.reads is not None else _normalized(value, st.norm)
@@ -101,18 +118,10 @@ class _CCall:
             st.fail("arity", value, len(args), self.pat)
             st.undo(mark)
             return False
-        if st.fast:
-            if _m_fast(plan.fast_simple, plan.fast_rest, args, value, st, k):
-                return True
-            if plan.swapped is not None and _m_fast(
-                plan.swapped_simple, plan.swapped_rest, args, value, st, k
-            ):
-                return True
-        else:
-            if _m_args(plan.items, 0, args, value, st, k):
-                return True
-            if plan.swapped is not None and _m_args(plan.swapped, 0, args, value, st, k):
-                return True
+        if _m_args(plan.items, 0, args, value, st, k):
+            return True
+        if plan.swapped is not None and _m_args(plan.swapped, 0, args, value, st, k):
+            return True
         st.undo(mark)
         return False
 
@@ -133,9 +142,8 @@ def _normalized(node: fx.Node, norm: dict | None) -> list:
 
 class _Plan:
     """How a :class:`P.Call` reads one target's arguments: (schema index, compiled pattern,
-    first set) in pattern order (``items``, ``swapped``); for the fast path, the
-    single-way leaves (``*_simple``: matched inline, no continuation) then the others in
-    pattern order (``*_rest``)."""
+    first set) in pattern order (``items``, ``swapped``: the traced path), and ``fast``,
+    the generated function of the fast path (:mod:`graphfuse._codegen`)."""
 
     __slots__ = (
         "target",
@@ -144,15 +152,13 @@ class _Plan:
         "direct",
         "items",
         "swapped",
-        "fast_simple",
-        "fast_rest",
-        "swapped_simple",
-        "swapped_rest",
         "reads",
         "first",
+        "fast",
     )
 
-    def __init__(self, pat: P.Call, target: Any) -> None:
+    def __init__(self, call: _CCall, target: Any) -> None:
+        pat = call.pat
         self.target = target
         self.missing: str | None = None
         pairs: list[tuple[int, P.Pattern]] = list(enumerate(pat.args))
@@ -178,12 +184,8 @@ class _Plan:
         def items(ps: list[tuple[int, P.Pattern]]) -> list[tuple]:
             return [(i, compiled(p), _first_set(p)) for i, p in ps]
 
-        def split(ps: list[tuple[int, P.Pattern]]) -> tuple[tuple, list]:
-            # the multi-way arguments keep their order, so do the matches
-            simple = tuple((i, compiled(p)) for i, p in ps if _simple(p))
-            return simple, items([(i, p) for i, p in ps if not _simple(p)])
-
         self.items = items(pairs)
+        self.swapped = items(swapped) if swapped else None
         # What ``read`` needs of the schema: per argument the pattern reads, (index, name,
         # default, is a dim); the first argument's (name, default) for the dims' rank.
         self.reads: tuple | None = None
@@ -195,9 +197,7 @@ class _Plan:
                 for i in sorted({i for i, _ in pairs})
             )
             self.first = (spec.names[0], fill[0]) if spec.names else ()
-        self.fast_simple, self.fast_rest = split(pairs)
-        self.swapped = items(swapped) if swapped else None
-        self.swapped_simple, self.swapped_rest = split(swapped) if swapped else ((), [])
+        self.fast = generate(call, self, pairs, swapped)
 
     def read(self, node: fx.Node) -> list:
         """``normalize(node)`` at the positions this plan reads (the others None): the
@@ -224,26 +224,11 @@ class _Plan:
         return out
 
 
-def _m_fast(simple: tuple, rest: list, args: list, node: fx.Node, st: _State, k: Cont) -> bool:
-    """The fast path of a call's arguments: the leaves inline, then the rest."""
-    mark = len(st.trail)
-    for idx, sub in simple:
-        if not sub.one(args[idx], st, (node, idx)):
-            st.undo(mark)
-            return False
-    if _m_args(rest, 0, args, node, st, k):
-        return True
-    st.undo(mark)
-    return False
-
-
 def _m_args(items: list, i: int, args: list, node: fx.Node, st: _State, k: Cont) -> bool:
     if i == len(items):  # a pattern with no arguments
         return k()
     idx, sub, first = items[i]
     arg = args[idx]
-    if st.fast and first is not None and not _ids_may(first, arg):
-        return False
     if i + 1 == len(items):
         return sub.m(arg, st, (node, idx), k)
     return sub.m(arg, st, (node, idx), lambda: _m_args(items, i + 1, args, node, st, k))
@@ -272,13 +257,13 @@ def _run_resolved(r: tuple, value: Any, st: _State, where: tuple | None, k: Cont
     if final is _FAIL:
         return False
     if not tags and not chains:
-        return final.m(value, st, where, k)
+        return final.fast(value, st, where, k)
     mark = len(st.trail)
     for name, tag in tags:
         st.put(st.tags, name, tag)
     for name in chains:
         st.put(st.chains, name, ())
-    if final.m(value, st, where, k):
+    if final.fast(value, st, where, k):
         return True
     st.undo(mark)
     return False
@@ -315,18 +300,25 @@ class _CAlt:
             hit = self.by_target[id(t)] = (t, kept)
         return hit[1]
 
+    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        r = _resolution(self, value)
+        if r[0] is not self:
+            return _run_resolved(r, value, st, where, k)
+        return self._branches(value, st, where, k, True)
+
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         if st.fast:
-            r = _resolution(self, value)
-            if r[0] is not self:
-                return _run_resolved(r, value, st, where, k)
+            return self.fast(value, st, where, k)
+        return self._branches(value, st, where, k, False)
+
+    def _branches(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
         st.visits += 1
         name = self.name
-        for tag, branch, _ in self._fast_branches(value) if st.fast else self.branches:
+        for tag, branch, _ in self._fast_branches(value) if fast else self.branches:
             mark = len(st.trail)
             if name is not None:
                 st.put(st.tags, name, tag)
-            if branch.m(value, st, where, k):
+            if (branch.fast if fast else branch.m)(value, st, where, k):
                 return True
             st.undo(mark)
         return False
@@ -371,22 +363,30 @@ class _CMaybe:
             hit = self.by_target[id(t)] = (t, chain_op, may)
         return hit
 
+    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        r = _resolution(self, value)
+        if r[0] is not self:
+            return _run_resolved(r, value, st, where, k)
+        return self._chains(value, st, where, k, True)
+
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         if st.fast:
-            r = _resolution(self, value)
-            if r[0] is not self:
-                return _run_resolved(r, value, st, where, k)
+            return self.fast(value, st, where, k)
+        return self._chains(value, st, where, k, False)
+
+    def _chains(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
         st.visits += 1
         kind = self._kind(value)
+        inner = self.inner.fast if fast else self.inner.m
         if not (kind[1] and value.args and (self.where is None or self.where(value))):
             # no chain: the inner pattern at the value itself
-            if st.fast and not kind[2]:
+            if fast and not kind[2]:
                 return False
             if self.name is None:
-                return self.inner.m(value, st, where, k)
+                return inner(value, st, where, k)
             mark = len(st.trail)
             st.put(st.chains, self.name, ())
-            if self.inner.m(value, st, where, k):
+            if inner(value, st, where, k):
                 return True
             st.undo(mark)
             return False
@@ -401,7 +401,6 @@ class _CMaybe:
             chain += (cur,)
             cur = cur.args[0]
             kind = self._kind(cur)
-        fast = st.fast
         for inner_value, through, may in reversed(steps):  # longest chain first
             if fast and not may:
                 continue
@@ -410,7 +409,7 @@ class _CMaybe:
                 st.add_node(n)
             if self.name is not None:
                 st.put(st.chains, self.name, through)
-            if self.inner.m(inner_value, st, where if not through else (through[-1], 0), k):
+            if inner(inner_value, st, where if not through else (through[-1], 0), k):
                 return True
             st.undo(mark)
         return False
@@ -447,4 +446,5 @@ def compiled(pat: P.Pattern) -> Any:
 def _m(pat: P.Pattern, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
     """Match ``pat`` at ``value``: calls ``k()`` for each way it matches; True as soon as a
     ``k()`` returns True (the state is then left as it is), else False, state restored."""
-    return compiled(pat).m(value, st, where, k)
+    c = compiled(pat)
+    return c.fast(value, st, where, k) if st.fast else c.m(value, st, where, k)

@@ -53,6 +53,8 @@ class _CCapture:
         st.undo(mark)
         return False
 
+    fast = m  # the fast path needs nothing else (calls inside dispatch)
+
 
 class _CWildcard:
     __slots__ = ()
@@ -64,6 +66,8 @@ class _CWildcard:
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         st.visits += 1
         return k()
+
+    fast = m  # the fast path needs nothing else (calls inside dispatch)
 
 
 class _CLiteral:
@@ -81,6 +85,8 @@ class _CLiteral:
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         return self.one(value, st, where) and k()
+
+    fast = m  # the fast path needs nothing else (calls inside dispatch)
 
 
 class _CTyped:
@@ -101,6 +107,8 @@ class _CTyped:
             return False
 
         return self.inner.m(value, st, where, typed)
+
+    fast = m  # the fast path needs nothing else (calls inside dispatch)
 
     def one(self, value: Any, st: _State, where: tuple | None) -> bool:
         """For a simple inner pattern only (see ``_CCapture.one``)."""
@@ -132,6 +140,8 @@ class _CListOf:
         if not self.items:
             return k()
         return _m_items(self.items, 0, value, st, where, k)
+
+    fast = m  # the fast path needs nothing else (calls inside dispatch)
 
     def one(self, value: Any, st: _State, where: tuple | None) -> bool:
         """For simple items only (see ``_CCapture.one``)."""

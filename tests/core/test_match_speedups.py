@@ -74,7 +74,7 @@ def test_resolved_wrappers_match_as_the_traced_path() -> None:
     assert results[0][1] == {"spelling": "mul"}
     assert results[0][2] == {"c": (n["cast"],), "v": ()}
     # the fast path went through the per-target resolution of the top alt
-    top = engine.compiled(rule.patterns[0]).plans[id(aten.relu.default)].fast_rest[0][1]
+    top = engine.compiled(rule.patterns[0]).plans[id(aten.relu.default)].items[0][1]
     final, tags, chains, skipped = engine._resolution(top, n["mul"])
     assert tags == (("spelling", "mul"),) and chains == () and skipped == 2
     assert isinstance(final, engine._CCall)
@@ -107,12 +107,13 @@ def test_plan_read_is_normalize_at_the_positions_it_reads() -> None:
             P.op(aten.sum.dim_IntList, P._, P.any("d"), keepdim=P.any("k")),
         ],
     ):
-        plan = engine._Plan(pat, node.target)
+        plan = engine._Plan(engine.compiled(pat), node.target)
         assert plan.reads is not None
         got, want = plan.read(node), normalize(node)
         for i, *_ in plan.reads:
             assert got[i] == want[i], (node, i)
-    assert engine._Plan(P.op(aten._softmax.default, P._, -1, False), kw.target).read(kw)[1] == 1
+    pat = P.op(aten._softmax.default, P._, -1, False)
+    assert engine._Plan(engine.compiled(pat), kw.target).read(kw)[1] == 1
 
 
 def test_check_runs_after_the_search_once_per_solution() -> None:

@@ -1,0 +1,339 @@
+"""The fast path of a call pattern at one target, compiled to Python source.
+
+On the fast path (no tracer) the engine matches a :class:`P.Call` at a node of a given
+target with one generated function per (pattern, target): the target's argument plan is
+unrolled into straight-line code, single-way leaves (captures, wildcards, literals, typed
+captures) are tested inline, and only the arguments that may match in several ways call
+their sub-matcher, chained by continuations. The generated function keeps the engine's
+contract (``fn(value, st, where, k)``: ``k()`` per way, state undone on failure, True as
+soon as a ``k()`` accepts) and does exactly what the object path does, in the same order:
+the same bindings, dims, chains, visit counts and solutions (tests compare the two).
+
+Example of what is generated, for ``P.op(aten.mul.Tensor, P.op(aten.neg, x), P.scalar("c"))``
+at ``aten.mul.Tensor`` (simplified)::
+
+    def fast(value, st, where, k):
+        st.visits += 1
+        trail = st.trail
+        mark = len(trail)
+        <add value to st.nodes>
+        args = value.args
+        for _ in ONCE:          # a block that ``break`` leaves on failure
+            a = args[1]
+            st.visits += 1
+            <"c" must be a scalar; bind it>
+            a = args[0]
+            if <a may be a neg call> and C0.fast(a, st, (value, 0), k):
+                return True
+        st.undo(mark)
+        return False
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from . import dsl as P
+from ._matcher import _first_set, _ids_may, _literal_equal, _type_ok
+
+_ONCE = (None,)
+_SYMS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+class _Source:
+    """Lines of Python with indentation, plus the constants they name."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.consts: dict[str, Any] = {}
+        self.depth = 1
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def const(self, value: Any, stem: str = "K") -> str:
+        name = f"{stem}{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+
+def _leaf(src: _Source, pat: P.Pattern, var: str, where: str) -> None:
+    """Statements matching the single-way leaf ``pat`` at ``var``; ``break`` on failure."""
+    kind = type(pat)
+    if kind is P.Wildcard:
+        src.emit("st.visits += 1")
+    elif kind is P.Capture:
+        src.emit("st.visits += 1")
+        if pat.kind == "tensor":  # type: ignore[attr-defined]
+            src.emit(f"if not isinstance({var}, Node):")
+            src.emit("    break")
+            src.emit(f"v = {var}.meta.get('val')")
+            src.emit("if v is not None and not isinstance(v, Tensor):")
+            src.emit("    break")
+        elif pat.kind == "scalar":  # type: ignore[attr-defined]
+            src.emit(
+                f"if not (isinstance({var}, (int, float, bool)) or (isinstance({var}, Node) "
+                f"and isinstance({var}.meta.get('val'), SYMS))):"
+            )
+            src.emit("    break")
+        name = repr(pat.name)  # type: ignore[attr-defined]
+        src.emit(f"if {name} in binds:")
+        src.emit(f"    o = binds[{name}]")
+        src.emit(
+            f"    if not (o is {var} if isinstance(o, Node) or isinstance({var}, Node) "
+            f"else o == {var}):"
+        )
+        src.emit("        break")
+        src.emit("else:")
+        src.emit(f"    binds[{name}] = {var}")
+        src.emit(f"    trail.append((binds, {name}))")
+    elif kind is P.Literal:
+        src.emit("st.visits += 1")
+        lit = pat.value  # type: ignore[attr-defined]
+        c = src.const(lit, "L")
+        cls = src.const(type(lit), "LC")
+        src.emit(
+            f"if not ({var}.__class__ is {cls} and {var} == {c}) and "
+            f"not literal_equal({c}, {var}, {where}):"
+        )
+        src.emit("    break")
+    elif kind is P.Typed and type(pat.inner) in (P.Capture, P.Wildcard):  # type: ignore[attr-defined]
+        src.emit("st.visits += 1")
+        _leaf(src, pat.inner, var, where)  # type: ignore[attr-defined]
+        t = src.const(pat, "T")
+        src.emit(f"if not type_ok({t}, {var}, st):")
+        src.emit("    break")
+    else:  # lists, typed literals: the leaf object's own single-way match
+        from ._engine import compiled
+
+        c = src.const(compiled(pat), "C")
+        src.emit(f"if not {c}.one({var}, st, {where}):")
+        src.emit("    break")
+
+
+def _fetch(src: _Source, child: Any, first: Any, var: str, fail: str) -> None:
+    """Statements setting ``f`` to the function that matches ``child`` at the value in
+    ``var`` (its entry for the value's target, see :func:`entry`); ``fail`` (``break`` or
+    ``return False``) where the child cannot start at the value (no visit, as the first-set
+    test of the object path)."""
+    table = _table(child)
+    c, d = src.const(child, "C"), src.const(table, "D")
+    fs = src.const(first, "F")
+    call = f"({var}.__class__ is Node or isinstance({var}, Node)) and {var}.op == 'call_function'"
+    lookup = [
+        f"t = {var}.target",
+        f"h = {d}.get(id(t))",
+        "if h is None or h[0] is not t:",
+        f"    h = ENTRY({c}, {d}, {var}, {fs})",
+        "f = h[1]",
+    ]
+    if first is None:
+        src.emit(f"if {call}:")
+        for line in lookup:
+            src.emit("    " + line)
+        src.emit("else:")
+        src.emit(f"    f = {c}.fast")
+        return
+    src.emit(f"if not ({call}):")
+    src.emit(f"    {fail}")
+    for line in lookup:
+        src.emit(line)
+    src.emit("if f is None:")
+    src.emit(f"    {fail}")
+
+
+def _variant(src: _Source, simple: list, rest: list) -> None:
+    """One argument order: the leaves inline, then the multi-way arguments chained by
+    continuations (each through its entry for the argument's target)."""
+    from ._engine import compiled
+
+    src.emit("for _ in ONCE:")
+    src.depth += 1
+    for idx, pat in simple:
+        src.emit(f"a = args[{idx}]")
+        _leaf(src, pat, "a", f"(value, {idx})")
+    # continuations, innermost first: k_i matches rest[i:]
+    for i in range(len(rest) - 1, 0, -1):
+        idx, pat, first = rest[i]
+        nxt = "k" if i == len(rest) - 1 else f"k{i + 1}"
+        src.emit(f"def k{i}():")
+        src.depth += 1
+        src.emit(f"a = args[{idx}]")
+        _fetch(src, compiled(pat), first, "a", "return False")
+        src.emit(f"return f(a, st, (value, {idx}), {nxt})")
+        src.depth -= 1
+    if not rest:
+        src.emit("if k():")
+        src.emit("    return True")
+    else:
+        idx, pat, first = rest[0]
+        nxt = "k" if len(rest) == 1 else "k1"
+        src.emit(f"a = args[{idx}]")
+        _fetch(src, compiled(pat), first, "a", "break")
+        src.emit(f"if f(a, st, (value, {idx}), {nxt}):")
+        src.emit("    return True")
+    src.depth -= 1
+
+
+# --------------------------------------------------------------------------- entries
+# The function that matches a compiled pattern at a call node depends on the node's
+# target only: a call's generated function for that target; for an ``alt`` or ``maybe``
+# resolved by the target (see ``_engine._resolution``), the final matcher's entry behind
+# the tags, chains and visits the wrappers record. Cached per (matcher, target) in the
+# matcher's table; None where the pattern cannot start at the target.
+
+_TABLES: dict[int, tuple[Any, dict]] = {}  # id(matcher) -> (matcher, {id(target): entry})
+
+
+def _table(matcher: Any) -> dict:
+    hit = _TABLES.get(id(matcher))
+    if hit is None:
+        hit = _TABLES[id(matcher)] = (matcher, {})
+    return hit[1]
+
+
+def entry(matcher: Any, table: dict, value: fx.Node, first: Any) -> tuple:
+    """(target, function or None) for ``matcher`` (whose patterns' first set is
+    ``first``) at the call node ``value``, cached in ``table`` (the matcher's)."""
+    from ._engine import _FAIL, _CAlt, _CCall, _CMaybe, _Plan, _resolution
+
+    t = value.target
+    fn: Any
+    if not _ids_may(first, value):
+        fn = None
+    elif type(matcher) is _CCall:
+        plan = matcher.plans.get(id(t))
+        if plan is None or plan.target is not t:
+            plan = matcher.plans[id(t)] = _Plan(matcher, t)
+        fn = plan.fast
+    elif type(matcher) is _CAlt or type(matcher) is _CMaybe:
+        final, tags, chains, skipped = _resolution(matcher, value)
+        if final is _FAIL:
+            fn = _failing(skipped)
+        elif final is matcher:
+            fn = matcher.fast
+        else:
+            inner = entry(final, _table(final), value, None)[1]
+            fn = _resolved(inner if inner is not None else final.fast, tags, chains, skipped)
+    else:
+        fn = matcher.fast
+    hit = table[id(t)] = (t, fn)
+    return hit
+
+
+def _failing(skipped: int) -> Any:
+    def fail(value: Any, st: Any, where: Any, k: Any) -> bool:
+        st.visits += skipped
+        return False
+
+    return fail
+
+
+def _resolved(fn: Any, tags: tuple, chains: tuple, skipped: int) -> Any:
+    """``fn`` behind the wrappers a resolution passed through (their visits, tags and
+    empty chains)."""
+    if not tags and not chains:
+
+        def plain(value: Any, st: Any, where: Any, k: Any) -> bool:
+            st.visits += skipped
+            return fn(value, st, where, k)
+
+        return plain
+
+    def tagged(value: Any, st: Any, where: Any, k: Any) -> bool:
+        st.visits += skipped
+        trail = st.trail
+        mark = len(trail)
+        for name, tag in tags:
+            st.tags[name] = tag
+            trail.append((st.tags, name))
+        for name in chains:
+            st.chains[name] = ()
+            trail.append((st.chains, name))
+        if fn(value, st, where, k):
+            return True
+        st.undo(mark)
+        return False
+
+    return tagged
+
+
+def generate(call: Any, plan: Any, pairs: list, swapped: list | None) -> Any:
+    """The fast function of ``call`` (a ``_CCall``) at ``plan``'s target. ``pairs``:
+    (argument index, pattern) in pattern order; ``swapped``: the other order of a
+    commutative call, or None."""
+    from ._engine import _normalized, _simple
+
+    src = _Source()
+    src.consts.update(
+        Node=fx.Node,
+        Tensor=torch.Tensor,
+        SYMS=_SYMS,
+        ONCE=_ONCE,
+        literal_equal=_literal_equal,
+        type_ok=_type_ok,
+        CALL=call,
+        PLAN=plan,
+        normalized=_normalized,
+        ENTRY=entry,
+    )
+    src.emit("st.visits += 1")
+    if call.shared:
+        src.emit("if (CALL, value) in st.done:")
+        src.emit("    return k()")
+    src.emit("trail = st.trail")
+    src.emit("binds = st.binds")
+    src.emit("mark = len(trail)")
+    if call.name is not None:
+        name = repr(call.name)
+        src.emit(f"if {name} in binds:")
+        src.emit(f"    if binds[{name}] is not value:")
+        src.emit("        return False")
+        src.emit("else:")
+        src.emit(f"    binds[{name}] = value")
+        src.emit(f"    trail.append((binds, {name}))")
+    if call.shared:
+        src.emit("st.done[(CALL, value)] = True")
+        src.emit("trail.append((st.done, (CALL, value)))")
+    src.emit("ns = st.node_set")
+    src.emit("if value not in ns:")
+    src.emit("    st.nodes.append(value)")
+    src.emit("    ns.add(value)")
+    src.emit("    trail.append((None, None))")
+    if plan.missing is not None:
+        src.emit("st.undo(mark)")
+        src.emit("return False")
+    else:
+        read = "PLAN.read(value)" if plan.reads is not None else "normalized(value, st.norm)"
+        if plan.direct:
+            src.emit("args = value.args")
+            if plan.need:
+                src.emit(f"if {plan.need} > len(args):")
+                src.emit(f"    args = {read}")
+        else:
+            src.emit(f"args = {read}")
+        if plan.need:
+            src.emit(f"if {plan.need} > len(args):")
+            src.emit("    st.undo(mark)")
+            src.emit("    return False")
+        ways = [pairs] + ([swapped] if swapped is not None else [])
+        for n, ps in enumerate(ways):
+            if n:
+                src.emit("st.undo(inner)")
+            elif len(ways) > 1:
+                src.emit("inner = len(trail)")
+            simple = [(i, p) for i, p in ps if _simple(p)]
+            rest = [(i, p, _first_set(p)) for i, p in ps if not _simple(p)]
+            _variant(src, simple, rest)
+        src.emit("st.undo(mark)")
+        src.emit("return False")
+    body = "\n".join(src.lines)
+    code = f"def fast(value, st, where, k):\n{body}\n"
+    scope = dict(src.consts)
+    exec(compile(code, f"<graphfuse fast {call.pat!r:.60}>", "exec"), scope)
+    fn = scope["fast"]
+    fn.source = code  # type: ignore[attr-defined]
+    return fn
