@@ -119,7 +119,7 @@ def _fetch(src: _Source, child: Any, first: Any, var: str, fail: str) -> None:
     ``var`` (its entry for the value's target, see :func:`entry`); ``fail`` (``break`` or
     ``return False``) where the child cannot start at the value (no visit, as the first-set
     test of the object path)."""
-    table = _table(child)
+    table = _first_table(child)
     c, d = src.const(child, "C"), src.const(table, "D")
     fs = src.const(first, "F")
     call = f"({var}.__class__ is Node or isinstance({var}, Node)) and {var}.op == 'call_function'"
@@ -182,46 +182,60 @@ def _variant(src: _Source, simple: list, rest: list) -> None:
 # The function that matches a compiled pattern at a call node depends on the node's
 # target only: a call's generated function for that target; for an ``alt`` or ``maybe``
 # resolved by the target (see ``_engine._resolution``), the final matcher's entry behind
-# the tags, chains and visits the wrappers record. Cached per (matcher, target) in the
-# matcher's table; None where the pattern cannot start at the target.
+# the tags, chains and visits the wrappers record; for an ``alt`` with several branches
+# at the target, those branches' entries in turn. Cached per (matcher, target) in a
+# table: the matcher's own (``matcher.table``, where a target the pattern cannot start at
+# costs a visit, as walking into it would), or, for generated code, one per child
+# matcher in ``_TABLES`` where such a target gives None (no visit: the first-set test).
 
 _TABLES: dict[int, tuple[Any, dict]] = {}  # id(matcher) -> (matcher, {id(target): entry})
 
 
-def _table(matcher: Any) -> dict:
+def _first_table(matcher: Any) -> dict:
     hit = _TABLES.get(id(matcher))
     if hit is None:
         hit = _TABLES[id(matcher)] = (matcher, {})
     return hit[1]
 
 
-def entry(matcher: Any, table: dict, value: fx.Node, first: Any) -> tuple:
-    """(target, function or None) for ``matcher`` (whose patterns' first set is
-    ``first``) at the call node ``value``, cached in ``table`` (the matcher's)."""
+def entry(matcher: Any, table: dict, value: fx.Node, first: Any = None) -> tuple:
+    """(target, function or None) for ``matcher`` at the call node ``value``, cached in
+    ``table``; None where ``first`` (a first set) is given and excludes the target."""
+    t = value.target
+    if first is not None and not _ids_may(first, value):
+        fn = None
+    else:
+        fn = _entry(matcher, value)
+    hit = table[id(t)] = (t, fn)
+    return hit
+
+
+def _entry(matcher: Any, value: fx.Node) -> Any:
     from ._engine import _FAIL, _CAlt, _CCall, _CMaybe, _Plan, _resolution
 
     t = value.target
-    fn: Any
-    if not _ids_may(first, value):
-        fn = None
-    elif type(matcher) is _CCall:
+    kind = type(matcher)
+    if kind is _CCall:
+        if id(t) not in matcher.exact and not (
+            matcher.packets and id(getattr(t, "overloadpacket", None)) in matcher.packets
+        ):
+            return _failing(1)
         plan = matcher.plans.get(id(t))
         if plan is None or plan.target is not t:
             plan = matcher.plans[id(t)] = _Plan(matcher, t)
-        fn = plan.fast
-    elif type(matcher) is _CAlt or type(matcher) is _CMaybe:
-        final, tags, chains, skipped = _resolution(matcher, value)
-        if final is _FAIL:
-            fn = _failing(skipped)
-        elif final is matcher:
-            fn = matcher.fast
-        else:
-            inner = entry(final, _table(final), value, None)[1]
-            fn = _resolved(inner if inner is not None else final.fast, tags, chains, skipped)
-    else:
-        fn = matcher.fast
-    hit = table[id(t)] = (t, fn)
-    return hit
+        return plan.fast
+    if kind is not _CAlt and kind is not _CMaybe:
+        return matcher.fast
+    final, tags, chains, skipped = _resolution(matcher, value)
+    if final is _FAIL:
+        return _failing(skipped)
+    if final is not matcher:
+        inner = _entry(final, value)
+        return _resolved(inner, tags, chains, skipped)
+    if kind is _CMaybe:
+        return matcher.chains_fast
+    ways = tuple((tag, _entry(branch, value)) for tag, branch, _ in matcher._fast_branches(value))
+    return _branches(ways, matcher.name)
 
 
 def _failing(skipped: int) -> Any:
@@ -259,6 +273,26 @@ def _resolved(fn: Any, tags: tuple, chains: tuple, skipped: int) -> Any:
         return False
 
     return tagged
+
+
+def _branches(ways: tuple, name: str | None) -> Any:
+    """An ``alt`` with several branches that may start at the target: each branch's
+    entry in turn (tagged with its branch where the alt is named)."""
+
+    def branches(value: Any, st: Any, where: Any, k: Any) -> bool:
+        st.visits += 1
+        trail = st.trail
+        for tag, fn in ways:
+            mark = len(trail)
+            if name is not None:
+                st.tags[name] = tag
+                trail.append((st.tags, name))
+            if fn(value, st, where, k):
+                return True
+            st.undo(mark)
+        return False
+
+    return branches
 
 
 def generate(call: Any, plan: Any, pairs: list, swapped: list | None) -> Any:

@@ -13,7 +13,7 @@ from torch import fx
 
 from . import dsl as P
 from ._args import _NO_DEFAULT, _rank, arg_index, arg_spec, canonical_dim, normalize
-from ._codegen import generate
+from ._codegen import entry, generate
 from ._leaves import _CCapture, _CListOf, _CLiteral, _CTyped, _CWildcard
 from ._matcher import (
     Cont,
@@ -270,13 +270,14 @@ def _run_resolved(r: tuple, value: Any, st: _State, where: tuple | None, k: Cont
 
 
 class _CAlt:
-    __slots__ = ("pat", "name", "branches", "by_target", "res")
+    __slots__ = ("pat", "name", "branches", "by_target", "res", "table")
 
     def __init__(self, pat: P.Alt) -> None:
         self.pat, self.name = pat, pat.name
         self.branches = tuple((tag, compiled(b), _first_set(b)) for tag, b in pat.branches)
         self.by_target: dict[int, tuple[Any, tuple]] = {}
         self.res: dict[int, tuple] = {}  # id(target) -> (target, *resolution)
+        self.table: dict[int, tuple] = {}  # id(target) -> (target, entry): see _codegen
 
     def resolve(self, value: Any) -> tuple:
         """See :func:`_resolution`: one branch may match ``value``'s target, or none."""
@@ -301,6 +302,12 @@ class _CAlt:
         return hit[1]
 
     def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        if isinstance(value, fx.Node) and value.op == "call_function":
+            t = value.target
+            hit = self.table.get(id(t))
+            if hit is None or hit[0] is not t:
+                hit = entry(self, self.table, value)
+            return hit[1](value, st, where, k)
         r = _resolution(self, value)
         if r[0] is not self:
             return _run_resolved(r, value, st, where, k)
@@ -325,7 +332,17 @@ class _CAlt:
 
 
 class _CMaybe:
-    __slots__ = ("exact", "packets", "where", "name", "inner", "inner_first", "by_target", "res")
+    __slots__ = (
+        "exact",
+        "packets",
+        "where",
+        "name",
+        "inner",
+        "inner_first",
+        "by_target",
+        "res",
+        "table",
+    )
 
     def __init__(self, pat: P.Maybe) -> None:
         self.exact, self.packets = _first_set(_probe(pat.targets))  # type: ignore[misc]
@@ -335,6 +352,7 @@ class _CMaybe:
         # target None for a value that is not a call
         self.by_target: dict[int, tuple[Any, bool, bool]] = {}
         self.res: dict[int, tuple] = {}  # id(target) -> (target, *resolution)
+        self.table: dict[int, tuple] = {}  # id(target) -> (target, entry): see _codegen
 
     def resolve(self, value: Any) -> tuple:
         """See :func:`_resolution`: ``value``'s target is no chain op, so no chain."""
@@ -364,9 +382,19 @@ class _CMaybe:
         return hit
 
     def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        if isinstance(value, fx.Node) and value.op == "call_function":
+            t = value.target
+            hit = self.table.get(id(t))
+            if hit is None or hit[0] is not t:
+                hit = entry(self, self.table, value)
+            return hit[1](value, st, where, k)
         r = _resolution(self, value)
         if r[0] is not self:
             return _run_resolved(r, value, st, where, k)
+        return self._chains(value, st, where, k, True)
+
+    def chains_fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        """The fast path at a value where a chain may start."""
         return self._chains(value, st, where, k, True)
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
