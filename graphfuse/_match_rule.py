@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from torch import fx
 
 from . import dsl as P
-from ._engine import _m
+from ._engine import _m, compiled
 from ._failure import Failure
 from ._match import Match
 from ._matcher import (
@@ -106,9 +106,18 @@ def _search(
         found.append(m)
         return True
 
+    pats = rule.patterns
     _ensure_stack()
     try:
-        _m_roots(rule.patterns, 0, (node,), st, accept)
+        if len(pats) == 1 and not skip and not inline:  # the common case, in one step
+            c = compiled(pats[0])
+            roots = (node,)
+            if st.fast:
+                c.fast(node, st, None, lambda: found.append(Match(rule, roots, st)) or True)
+            else:
+                c.m(node, st, None, lambda: found.append(Match(rule, roots, st)) or True)
+        else:
+            _m_roots(pats, 0, (node,), st, accept)
     finally:
         VISITS[0] += st.visits
     return (found[0] if found else None), (failures[0] if failures else None)
@@ -166,7 +175,14 @@ def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
     if ways is None:
         return False
     args = node.args
-    return all(any(i < len(args) and not _ids_may(fs, args[i]) for i, fs in way) for way in ways)
+    n = len(args)
+    for way in ways:
+        for i, fs in way:
+            if i < n and not _ids_may(fs, args[i]):
+                break
+        else:
+            return False  # this way may match
+    return True
 
 
 _KEEP_ALIVE: list[P.Pattern] = []  # ids in _PROBES stay unique while the pattern lives
