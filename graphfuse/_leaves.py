@@ -90,10 +90,11 @@ class _CLiteral:
 
 
 class _CTyped:
-    __slots__ = ("pat", "inner")
+    __slots__ = ("pat", "inner", "simple")
 
     def __init__(self, pat: P.Typed) -> None:
         self.pat, self.inner = pat, _compiled(pat.inner)
+        self.simple = type(pat.inner) in (P.Capture, P.Wildcard, P.Literal)
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         st.visits += 1
@@ -108,7 +109,14 @@ class _CTyped:
 
         return self.inner.m(value, st, where, typed)
 
-    fast = m  # the fast path needs nothing else (calls inside dispatch)
+    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        if not self.simple:
+            return self.m(value, st, where, k)
+        mark = len(st.trail)
+        if self.one(value, st, where) and k():
+            return True
+        st.undo(mark)
+        return False
 
     def one(self, value: Any, st: _State, where: tuple | None) -> bool:
         """For a simple inner pattern only (see ``_CCapture.one``)."""
