@@ -68,3 +68,23 @@ def test_fallback_copy_is_fx_graph_copy(monkeypatch) -> None:
     monkeypatch.setattr(_program, "FAST", False)
     slow = copy_graph_module(ep.graph_module)
     assert _describe(fast.graph) == _describe(slow.graph)
+
+
+def test_create_name_gives_fx_names_and_state() -> None:
+    """The copy's name creation (no regex) names exactly as fx's ``_Namespace``: the same
+    names and the same namespace state, over edge cases and random candidates."""
+    import random
+
+    from torch.fx import graph as fx_graph
+
+    from graphfuse._program import create_name
+
+    rng = random.Random(0)
+    pool = ["to", "to_1", "a_", "_1", "a__1", "a_01", "if", "input", "list", "x.y", "3d", ""]
+    pool += ["conv_2_3", "é", "a_1_2", "_", "__", "mul_9", "mul", "mul", "mul_1", "a٣_1"]
+    pool += ["".join(rng.choice("ab_1_0") for _ in range(rng.randint(1, 8))) for _ in range(5000)]
+    ours, theirs = fx_graph._Namespace(), fx_graph._Namespace()
+    for candidate in pool:
+        assert create_name(ours, candidate) == theirs.create_name(candidate, None), candidate
+    assert ours._used_names == theirs._used_names
+    assert ours._base_count == theirs._base_count
