@@ -94,11 +94,13 @@ def _leaf(src: _Source, pat: P.Pattern, var: str, where: str) -> None:
         src.emit("st.visits += 1")
         lit = pat.value  # type: ignore[attr-defined]
         c = src.const(lit, "L")
-        cls = src.const(type(lit), "LC")
-        src.emit(
-            f"if not ({var}.__class__ is {cls} and {var} == {c}) and "
-            f"not literal_equal({c}, {var}, {where}):"
-        )
+        if isinstance(lit, (list, tuple)):
+            # fx holds lists as immutable_list: equal items are equal lists (literal_equal)
+            items = src.const(list(lit), "LL")
+            quick = f"isinstance({var}, (list, tuple)) and list({var}) == {items}"
+        else:
+            quick = f"{var}.__class__ is {src.const(type(lit), 'LC')} and {var} == {c}"
+        src.emit(f"if not ({quick}) and not literal_equal({c}, {var}, {where}):")
         src.emit("    break")
     elif kind is P.Typed and type(pat.inner) in (P.Capture, P.Wildcard):  # type: ignore[attr-defined]
         src.emit("st.visits += 1")
