@@ -259,22 +259,22 @@ def _resolved(fn: Any, tags: tuple, chains: tuple, skipped: int) -> Any:
 
         return plain
 
-    def tagged(value: Any, st: Any, where: Any, k: Any) -> bool:
-        st.visits += skipped
-        trail = st.trail
-        mark = len(trail)
-        for name, tag in tags:
-            st.tags[name] = tag
-            trail.append((st.tags, name))
-        for name in chains:
-            st.chains[name] = ()
-            trail.append((st.chains, name))
-        if fn(value, st, where, k):
-            return True
-        st.undo(mark)
-        return False
-
-    return tagged
+    src = _Source()
+    fn_name = src.const(fn, "FN")
+    src.emit(f"st.visits += {skipped}")
+    src.emit("trail = st.trail")
+    src.emit("mark = len(trail)")
+    for table, pairs in (("st.tags", tags), ("st.chains", tuple((n, ()) for n in chains))):
+        if pairs:
+            src.emit(f"table = {table}")
+        for name, value in pairs:
+            src.emit(f"table[{name!r}] = {value!r}")
+            src.emit(f"trail.append((table, {name!r}))")
+    src.emit(f"if {fn_name}(value, st, where, k):")
+    src.emit("    return True")
+    src.emit("st.undo(mark)")
+    src.emit("return False")
+    return _define(src, "tagged", f"<graphfuse tags {tags!r:.40} {chains!r:.40}>")
 
 
 def _branches(ways: tuple, name: str | None) -> Any:
@@ -366,10 +366,15 @@ def generate(call: Any, plan: Any, pairs: list, swapped: list | None) -> Any:
             _variant(src, simple, rest)
         src.emit("st.undo(mark)")
         src.emit("return False")
+    return _define(src, "fast", f"<graphfuse fast {call.pat!r:.60}>")
+
+
+def _define(src: _Source, name: str, filename: str) -> Any:
+    """The function ``name(value, st, where, k)`` whose body ``src`` holds."""
     body = "\n".join(src.lines)
-    code = f"def fast(value, st, where, k):\n{body}\n"
+    code = f"def {name}(value, st, where, k):\n{body}\n"
     scope = dict(src.consts)
-    exec(compile(code, f"<graphfuse fast {call.pat!r:.60}>", "exec"), scope)
-    fn = scope["fast"]
-    fn.source = code  # type: ignore[attr-defined]
+    exec(compile(code, filename, "exec"), scope)
+    fn = scope[name]
+    fn.source = code
     return fn
