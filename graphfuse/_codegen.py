@@ -105,9 +105,7 @@ def _leaf(src: _Source, pat: P.Pattern, var: str, where: str) -> None:
     elif kind is P.Typed and type(pat.inner) in (P.Capture, P.Wildcard):  # type: ignore[attr-defined]
         src.emit("st.visits += 1")
         _leaf(src, pat.inner, var, where)  # type: ignore[attr-defined]
-        t = src.const(pat, "T")
-        src.emit(f"if not type_ok({t}, {var}, st):")
-        src.emit("    break")
+        _typed(src, pat, var)  # type: ignore[arg-type]
     else:  # lists, typed literals: the leaf object's own single-way match
         from ._engine import compiled
 
@@ -145,6 +143,43 @@ def _fetch(src: _Source, child: Any, first: Any, var: str, fail: str) -> None:
         src.emit(line)
     src.emit("if f is None:")
     src.emit(f"    {fail}")
+
+
+def _typed(src: _Source, pat: P.Typed, var: str) -> None:
+    """``_type_ok`` inline for dtype and rank; shapes and devices through it."""
+    if pat.shape or pat.device is not None:
+        src.emit(f"if not type_ok({src.const(pat, 'T')}, {var}, st):")
+        src.emit("    break")
+        return
+    src.emit(f"v = {var}.meta.get('val') if isinstance({var}, Node) else None")
+    src.emit("if not isinstance(v, Tensor):")
+    src.emit("    break")
+    if pat.dtype is not None:
+        src.emit(f"if v.dtype not in {src.const(pat.dtype, 'DT')}:")
+        src.emit("    break")
+    if pat.rank is not None:
+        src.emit(f"if v.dim() != {pat.rank!r}:")
+        src.emit("    break")
+
+
+def leaf_entry(pat: P.Pattern) -> Any:
+    """The fast function of a single-way leaf pattern (a typed capture reached by an
+    ``alt`` branch, say): the leaf inline, then ``k()``."""
+    src = _Source()
+    src.consts.update(Node=fx.Node, Tensor=torch.Tensor, SYMS=_SYMS, ONCE=_ONCE)
+    src.consts.update(literal_equal=_literal_equal, type_ok=_type_ok)
+    src.emit("trail = st.trail")
+    src.emit("binds = st.binds")
+    src.emit("mark = len(trail)")
+    src.emit("for _ in ONCE:")
+    src.depth += 1
+    _leaf(src, pat, "value", "where")
+    src.emit("if k():")
+    src.emit("    return True")
+    src.depth -= 1
+    src.emit("st.undo(mark)")
+    src.emit("return False")
+    return _define(src, "leaf", f"<graphfuse leaf {pat!r:.60}>")
 
 
 def _variant(src: _Source, simple: list, rest: list) -> None:
@@ -227,7 +262,7 @@ def _entry(matcher: Any, value: fx.Node) -> Any:
             plan = matcher.plans[id(t)] = _Plan(matcher, t)
         return plan.fast
     if kind is not _CAlt and kind is not _CMaybe:
-        return matcher.fast
+        return getattr(matcher, "leaf", None) or matcher.fast
     final, tags, chains, skipped = _resolution(matcher, value)
     if final is _FAIL:
         return _failing(skipped)

@@ -11,6 +11,7 @@ import torch
 from torch import fx
 
 from . import dsl as P
+from ._codegen import leaf_entry
 from ._matcher import Cont, _bind, _first_set, _ids_may, _literal_equal, _State, _type_ok, _val
 
 
@@ -90,11 +91,13 @@ class _CLiteral:
 
 
 class _CTyped:
-    __slots__ = ("pat", "inner", "simple")
+    __slots__ = ("pat", "inner", "simple", "leaf")
 
     def __init__(self, pat: P.Typed) -> None:
         self.pat, self.inner = pat, _compiled(pat.inner)
-        self.simple = type(pat.inner) in (P.Capture, P.Wildcard, P.Literal)
+        self.simple = type(pat.inner) in (P.Capture, P.Wildcard)
+        # the fast path's generated function (a typed capture matched inline)
+        self.leaf = leaf_entry(pat) if self.simple else None
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         st.visits += 1
@@ -110,13 +113,9 @@ class _CTyped:
         return self.inner.m(value, st, where, typed)
 
     def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        if not self.simple:
+        if self.leaf is None:
             return self.m(value, st, where, k)
-        mark = len(st.trail)
-        if self.one(value, st, where) and k():
-            return True
-        st.undo(mark)
-        return False
+        return self.leaf(value, st, where, k)
 
     def one(self, value: Any, st: _State, where: tuple | None) -> bool:
         """For a simple inner pattern only (see ``_CCapture.one``)."""
