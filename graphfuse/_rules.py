@@ -130,7 +130,9 @@ class RuleSet:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"rule set {name}: duplicate rule names {dup}")
-        self._mentioned: set[Any] | None = None
+        # ids of every target some pattern names (targets compare by identity; hashing an
+        # OpOverload runs Python code), with the targets kept alive
+        self._mentioned: tuple[frozenset[int], set[Any]] | None = None
         self._exact: dict[Any, list[Rule]] = {}
         self._packets: dict[Any, list[Rule]] = {}
         for rule in self.rules:
@@ -147,10 +149,9 @@ class RuleSet:
             for rule in self.rules:
                 for p in rule.patterns:
                     _collect_targets(p, found, seen)
-            self._mentioned = found
-        return target in self._mentioned or (
-            getattr(target, "overloadpacket", None) in self._mentioned
-        )
+            self._mentioned = (frozenset(map(id, found)), found)
+        ids = self._mentioned[0]
+        return id(target) in ids or id(getattr(target, "overloadpacket", None)) in ids
 
     def __add__(self, other: RuleSet) -> RuleSet:
         return RuleSet(f"{self.name}+{other.name}", self.rules + other.rules)

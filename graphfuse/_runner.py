@@ -121,7 +121,9 @@ def run_rules(
                     if not isinstance(created, list):  # no longer safe: retry next sweep
                         res, created = created, None
                     else:
-                        full_sweep |= any(rules.mentions(n.target) for n in created)
+                        for n in created:
+                            if not full_sweep and rules.mentions(n.target):
+                                full_sweep = True
                 if isinstance(res, Match):
                     report.counts[rule.name] += 1
                     fired_last.append(rule.name)
