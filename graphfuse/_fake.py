@@ -56,14 +56,17 @@ def _val_of(a: Any) -> Any:
 
 
 _SCALARS = frozenset((type(None), bool, int, float, str, torch.dtype))
+_NODE = fx.Node
 
 
 class FakePropagator:
     """Computes (and caches) the fake value a new call node produces."""
 
     def __init__(self) -> None:
-        self._cache: dict[Any, Any] = {}
+        self._cache: dict[Any, tuple[Any, Any]] = {}  # key -> (target, fake value)
         self._tensor_keys: dict[int, tuple[torch.Tensor, Any]] = {}  # id(val) -> (val, key)
+        # id(out) -> (out, dtype, shape) for the fake tensors this propagator made
+        self._made: dict[int, tuple[torch.Tensor, torch.dtype, torch.Size]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -92,22 +95,23 @@ class FakePropagator:
         keyed with their type (``2``, ``2.0`` and ``True`` compare equal, but ``x * 2``
         and ``x * 2.0`` of an integer tensor have different dtypes)."""
         keys = self._tensor_keys
-        parts = []
+        parts: list = []
+        append = parts.append
         for a in args:
             t = type(a)
-            if t in _SCALARS:
-                parts.append((t, a) if t is float or t is bool else a)
-                continue
-            if t is fx.Node:
+            if t is _NODE:
                 v = a.meta.get("val", _MISSING)
                 hit = keys.get(id(v))
                 if hit is not None and hit[0] is v:
-                    parts.append(hit[1])
+                    append(hit[1])
                     continue
+            elif t in _SCALARS:
+                append((t, a) if t is float or t is bool else a)
+                continue
             k = self._arg_key(a)
             if k is _MISSING:
                 return None
-            parts.append(k)
+            append(k)
         return tuple(parts)
 
     def __call__(self, target: Any, args: tuple, kwargs: dict) -> Any:
@@ -120,10 +124,13 @@ class FakePropagator:
             if kvals is None:
                 return None
             kkwargs = tuple(zip(kwargs, kvals))
-        key = (target, kargs, kkwargs)
-        if key in self._cache:
+        # keyed by the target's id (``OpOverload.__hash__`` runs Python code); the entry
+        # holds the target, so the id stays its own while the entry lives
+        key = (id(target), kargs, kkwargs)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is target:
             self.hits += 1
-            return self._cache[key]
+            return hit[1]
         self.misses += 1
         vargs = tuple(_val_of(a) for a in args)
         vkwargs = {k: _val_of(v) for k, v in kwargs.items()}
@@ -132,5 +139,15 @@ class FakePropagator:
             return None
         with mode:
             out = target(*vargs, **vkwargs)
-        self._cache[key] = out
+        self._cache[key] = (target, out)
+        if isinstance(out, torch.Tensor):
+            self._made[id(out)] = (out, out.dtype, out.shape)
         return out
+
+    def dtype_shape(self, val: torch.Tensor) -> tuple[torch.dtype, torch.Size]:
+        """``(val.dtype, val.shape)``, remembered for the values this propagator made (a
+        rewrite firing on same-shaped blocks gets the same cached value every time)."""
+        hit = self._made.get(id(val))
+        if hit is not None and hit[0] is val:
+            return hit[1], hit[2]
+        return val.dtype, val.shape

@@ -7,16 +7,18 @@ only to warn) and ``erase_node`` re-checks what the rewriter has already proven 
 on every attribute write). These do the same edits — namespace, node list, side table,
 length, users — and fall back to fx whenever a graph has something they do not handle
 (node hooks on the owning module, a torch without these internals, an argument that is not
-a plain value).
+a plain value). Names come from ``_Namespace.create_name``'s own steps with the regex work
+cached per target (checked against fx at import); ``replace_uses`` and ``inserting_before``
+are ``replace_all_uses_with`` and ``Graph.inserting_before`` without their Python wrappers.
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
 from torch import fx
+from torch.fx import graph as _fx_graph
 from torch.fx.immutable_collections import immutable_dict
 
 _INTERNALS = ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len")
@@ -24,6 +26,7 @@ _INTERNALS = ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len")
 FAST = (
     all(hasattr(fx.Graph(), a) for a in _INTERNALS)
     and hasattr(fx.Graph()._find_nodes_lookup_table, "table")
+    and hasattr(fx.Graph()._find_nodes_lookup_table, "__dict__")
     and hasattr(fx.Node, "_remove_from_list")
 )
 
@@ -34,6 +37,8 @@ _map_arg = getattr(torch._C, "_fx_map_arg", fx.map_arg)
 
 
 def _plain(args: Any) -> bool:
+    if _PLAIN.issuperset(map(type, args)):
+        return True
     for a in args:
         t = type(a)
         if t in _PLAIN:
@@ -49,19 +54,28 @@ def _hooked(graph: fx.Graph, name: str) -> bool:
     return owner is not None and bool(getattr(owner, name, None))
 
 
-# Per graph side table: (op, id(target)) -> (target, the table's bucket of that key). A
-# bucket is created once per key and never replaced, so it can be fetched once instead of
-# hashing the target (``OpOverload.__hash__`` runs Python code) on every insert / remove.
-_BUCKETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_NAMES: dict[int, tuple[Any, str]] = {}  # id(target) -> (target, Graph._target_to_str)
+# Per graph side table: (op, id(target)) -> (target, the table's bucket of that key), and
+# under None the call buckets by id(target) alone (see _call_buckets). A bucket is created
+# once per key and never replaced, so it can be fetched once instead of hashing the target
+# (``OpOverload.__hash__`` runs Python code) on every insert / remove. Kept on the table
+# itself: a global map would hold every graph alive (its buckets hold the nodes).
+_BUCKETS_ATTR = "_graphfuse_buckets"
 _TARGET_TO_STR = fx.Graph._target_to_str
 
 
 def _buckets(graph: fx.Graph) -> dict:
-    table = graph._find_nodes_lookup_table
-    got = _BUCKETS.get(table)
+    attrs = graph._find_nodes_lookup_table.__dict__
+    got = attrs.get(_BUCKETS_ATTR)
     if got is None:
-        got = _BUCKETS[table] = {}
+        got = attrs[_BUCKETS_ATTR] = {}
+    return got
+
+
+def _call_buckets(buckets: dict) -> dict:
+    """``buckets``' part for calls, by the target's id alone: id(target) -> (target, bucket)."""
+    got = buckets.get(None)
+    if got is None:
+        got = buckets[None] = {}
     return got
 
 
@@ -77,14 +91,77 @@ def _bucket(buckets: dict, graph: fx.Graph, node: fx.Node) -> dict:
     return hit[1]
 
 
-def _base_name(graph: fx.Graph, target: Any) -> str:
-    """``graph._target_to_str(target)`` (a pure function of the target), cached."""
-    if type(graph)._target_to_str is not _TARGET_TO_STR:
-        return graph._target_to_str(target)
+# The regex work of ``_Namespace.create_name`` is a pure function of the candidate, and
+# ``Graph._target_to_str`` one of the target: both cached.
+_NAME_RE = getattr(_fx_graph, "_name_regex", None)
+_ILLEGAL_CHARS = getattr(_fx_graph, "_illegal_char_regex", None)
+_ILLEGAL_NAMES = getattr(_fx_graph, "_illegal_names", None)
+Parsed = tuple[str, str, "str | None", bool]  # legal candidate, base, numeric suffix, illegal
+_NAMES: dict[int, tuple[Any, Parsed]] = {}  # id(target) -> (target, its parsed name)
+
+
+def _parse_name(candidate: str) -> Parsed:
+    """``candidate`` made a legal name, split as ``create_name`` splits it, and whether it
+    is a keyword or builtin (which ``create_name`` never gives unnumbered)."""
+    match = _NAME_RE.match(candidate)  # type: ignore[union-attr]
+    if match is None:
+        candidate = _ILLEGAL_CHARS.sub("_", candidate) or "_unnamed"  # type: ignore[union-attr]
+        if candidate[0].isdigit():
+            candidate = f"_{candidate}"
+        match = _NAME_RE.match(candidate)  # type: ignore[union-attr]
+        if match is None:
+            raise AssertionError(f"Name regex failed to match candidate: {candidate}")
+    base, num = match.group(1, 2)
+    return candidate, base, num, _ILLEGAL_NAMES.get(candidate) is not None  # type: ignore[union-attr]
+
+
+def _create_name(namespace: Any, parsed: Parsed) -> str:
+    """``namespace.create_name(candidate, None)``, given the candidate's parse."""
+    candidate, base, num_s, illegal = parsed
+    used = namespace._used_names
+    if num_s is None or candidate in used:
+        num = namespace._base_count.get(base, 0)
+        if illegal:
+            num += 1
+            candidate = f"{base}_{num}"
+    else:
+        num = int(num_s)
+    while candidate in used:
+        num += 1
+        candidate = f"{base}_{num}"
+    used.add(candidate)
+    namespace._base_count[base] = num
+    return candidate
+
+
+def _names_agree() -> bool:
+    """Whether :func:`_create_name` gives the names this torch's ``create_name`` gives."""
+    if _NAME_RE is None or _ILLEGAL_CHARS is None or _ILLEGAL_NAMES is None:
+        return False
+    probes = ["mul", "mul", "mul_1", "add_3", "add", "add_3", "x.y", "3d", "", "list", "if"]
+    probes += ["attention_fp8.default", "getitem", "getitem", "a__b_02", "mul_1", "mul", "if"]
+    try:
+        ours, theirs = _fx_graph._Namespace(), _fx_graph._Namespace()
+        for name in probes:
+            if _create_name(ours, _parse_name(name)) != theirs.create_name(name, None):
+                return False
+        return ours._used_names == theirs._used_names and ours._base_count == theirs._base_count
+    except Exception:
+        return False
+
+
+_FAST_NAMES = FAST and _names_agree()
+
+
+def _new_name(graph: fx.Graph, target: Any) -> str:
+    """The name ``create_node`` gives a call of ``target``."""
+    namespace = graph._graph_namespace
+    if not _FAST_NAMES or type(graph)._target_to_str is not _TARGET_TO_STR:
+        return namespace.create_name(graph._target_to_str(target), None)
     hit = _NAMES.get(id(target))
     if hit is None or hit[0] is not target:
-        hit = _NAMES[id(target)] = (target, graph._target_to_str(target))
-    return hit[1]
+        hit = _NAMES[id(target)] = (target, _parse_name(graph._target_to_str(target)))
+    return _create_name(namespace, hit[1])
 
 
 def create_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.Node:
@@ -92,49 +169,112 @@ def create_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.N
     if (
         not FAST
         or not _plain(args)
-        or not _plain(kwargs.values())
+        or (kwargs and not _plain(kwargs.values()))
         or _hooked(graph, "_create_node_hooks")
     ):
         return graph.create_node("call_function", target, args, kwargs)
-    namespace = graph._graph_namespace
-    name = namespace.create_name(_base_name(graph, target), None)
+    name = _new_name(graph, target)
     node = fx.Node(graph, name, "call_function", target, args, kwargs or immutable_dict(), None)
-    namespace.associate_name_with_obj(name, node)
+    graph._graph_namespace.associate_name_with_obj(name, node)
     graph._insert(node)
-    _bucket(_buckets(graph), graph, node)[node] = None
+    buckets = _buckets(graph)
+    calls = _call_buckets(buckets)
+    hit = calls.get(id(target))
+    if hit is None or hit[0] is not target:
+        hit = calls[id(target)] = (target, _bucket(buckets, graph, node))
+    hit[1][node] = None
     graph._len += 1
     return node
+
+
+class _InsertBefore:
+    """``graph.inserting_before(node)`` (a node given) without building its closure."""
+
+    __slots__ = ("graph", "saved")
+
+    def __init__(self, graph: fx.Graph, node: fx.Node) -> None:
+        self.graph = graph
+        self.saved = graph._insert
+        graph._insert = node.prepend
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self.graph._insert = self.saved
+
+
+_INSERTING_BEFORE = fx.Graph.inserting_before
+
+
+def inserting_before(graph: fx.Graph, node: fx.Node) -> Any:
+    """``graph.inserting_before(node)`` for a node of ``graph``."""
+    if not FAST or type(graph).inserting_before is not _INSERTING_BEFORE or node.graph is not graph:
+        return graph.inserting_before(node)  # (fx's own error for a node of another graph)
+    return _InsertBefore(graph, node)
+
+
+_REPLACE_INPUT = hasattr(fx.Node, "_replace_input_with")
+
+
+def replace_uses(graph: fx.Graph, old: fx.Node, new: fx.Node) -> None:
+    """``old.replace_all_uses_with(new)`` for a node ``old`` of ``graph``."""
+    users = old.users
+    if not users:
+        return
+    if not _REPLACE_INPUT or old.graph is not graph or _hooked(graph, "_replace_hooks"):
+        old.replace_all_uses_with(new)
+        return
+    for user in [*users]:
+        user._replace_input_with(old, new)
 
 
 def _none(_: fx.Node) -> None:
     return None
 
 
-def erase(graph: fx.Graph, nodes: list[fx.Node], *, unused_only: bool = False) -> None:
+def erase(graph: fx.Graph, nodes: list[fx.Node], *, unused_only: bool = False) -> list[fx.Node]:
     """``graph.erase_node(n)`` for each of ``nodes`` in order (each a live node of ``graph``
     whose users are erased before it); ``unused_only``: skip a node that still has users
-    when its turn comes."""
+    when its turn comes. Returns the nodes skipped."""
+    skipped: list[fx.Node] = []
     if not FAST or _hooked(graph, "_erase_node_hooks"):
         for node in nodes:
-            if not (unused_only and node.users):
+            if unused_only and node.users:
+                skipped.append(node)
+            else:
                 graph.erase_node(node)
-        return
+        return skipped
     buckets = _buckets(graph)
-    get = buckets.get
-    setattr_, none = _SETATTR, _none
-    for node in nodes:
-        if node.users and unused_only:
-            continue
-        if node.users or node._erased or node.graph is not graph:
-            graph.erase_node(node)  # raises or warns as fx does
-            continue
-        op, target = node.op, node.target
-        hit = get((op, id(target))) if op == "call_function" else None
-        if hit is None or hit[0] is not target:
-            del _bucket(buckets, graph, node)[node]
-        else:
-            del hit[1][node]
-        node._remove_from_list()
-        setattr_(node, "_erased", True)
-        graph._len -= 1
-        node._update_args_kwargs(_map_arg(node._args, none), _map_arg(node._kwargs, none))
+    calls = _call_buckets(buckets)
+    get = calls.get
+    setattr_, none, map_arg = _SETATTR, _none, _map_arg
+    erased = 0  # graph._len is lowered once, at the end
+    try:
+        for node in nodes:
+            if node.users:
+                if unused_only:
+                    skipped.append(node)
+                    continue
+                graph.erase_node(node)  # raises as fx does
+            if node._erased or node.graph is not graph:
+                graph.erase_node(node)  # raises or warns as fx does
+                continue
+            target = node.target
+            if node.op == "call_function":
+                hit = get(id(target))
+                if hit is None or hit[0] is not target:
+                    hit = calls[id(target)] = (target, _bucket(buckets, graph, node))
+                del hit[1][node]
+            else:
+                del _bucket(buckets, graph, node)[node]
+            node._remove_from_list()
+            setattr_(node, "_erased", True)
+            erased += 1
+            kwargs = node._kwargs
+            node._update_args_kwargs(
+                map_arg(node._args, none), map_arg(kwargs, none) if kwargs else kwargs
+            )
+    finally:
+        graph._len -= erased
+    return skipped

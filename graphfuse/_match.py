@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from ._rules import Rule
 
 
+_UNBOUND = object()
+
+
 class Match:
     """The bindings of one match of ``rule``.
 
@@ -57,7 +60,9 @@ class Match:
 
     def val(self, name: str) -> Any:
         """``meta["val"]`` of the node bound to ``name`` (the literal itself otherwise)."""
-        v = self[name]
+        v = self.binds.get(name, _UNBOUND)
+        if v is _UNBOUND:
+            v = self[name]  # raises its KeyError
         return v.meta.get("val") if isinstance(v, fx.Node) else v
 
     def tag(self, name: str) -> str | None:

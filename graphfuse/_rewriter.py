@@ -12,6 +12,7 @@ Safety, all local to the match:
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,7 +22,7 @@ from ._dims import same_size
 from ._errors import RewriteError
 from ._failure import Failure
 from ._fake import FakePropagator
-from ._fxedit import create_call, erase
+from ._fxedit import create_call, erase, inserting_before, replace_uses
 from ._match_rule import escape_of
 from ._matcher import is_metadata_assert
 
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from ._match import Match
 
 _COPIED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "custom")
+_PACKET = torch._ops.OpOverloadPacket
+_SORT_KEY = operator.attrgetter("_sort_key")
+_INT = frozenset((int,))
 
 
 class Builder:
@@ -51,17 +55,17 @@ class Builder:
         Its ``meta["val"]`` comes from the op's fake impl; source metadata
         (``stack_trace``, ``nn_module_stack``, ``source_fn_stack``) from the match's root.
         """
-        if isinstance(target, torch._ops.OpOverloadPacket):
+        if isinstance(target, _PACKET):
             target = target.default
-        node = create_call(self.graph, target, tuple(args), dict(kwargs))
+        node = create_call(self.graph, target, args, kwargs)  # (a fresh tuple and dict)
         self.created.append(node)
         src, meta = self._meta_from.meta, node.meta
         for key in _COPIED_META:
             if key in src:
                 meta[key] = src[key]
-        val = self._fake(target, node.args, node.kwargs)
+        val = self._fake(target, node._args, node._kwargs)  # (node.args / .kwargs)
         if val is not None:
-            node.meta["val"] = val
+            meta["val"] = val
         return node
 
     def getitem(self, node: fx.Node, index: int) -> fx.Node:
@@ -72,6 +76,8 @@ class Builder:
 
 
 def _as_tuple(out: Any, n: int, rule: str) -> tuple[fx.Node, ...]:
+    if n == 1 and type(out) is fx.Node:
+        return (out,)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     if len(outs) != n or not all(isinstance(o, fx.Node) for o in outs):
         raise RewriteError(
@@ -80,23 +86,34 @@ def _as_tuple(out: Any, n: int, rule: str) -> tuple[fx.Node, ...]:
     return tuple(outs)
 
 
-def _same_value_type(new: Any, old: Any) -> str | None:
+def _same_value_type(new: Any, old: Any, fake: FakePropagator | None = None) -> str | None:
     if isinstance(old, torch.Tensor):
         if not isinstance(new, torch.Tensor):
             return f"a {type(new).__name__} where the graph had a tensor"
-        if new.dtype != old.dtype:
-            return f"dtype {new.dtype} where the graph had {old.dtype}"
-        if new.dim() != old.dim() or not all(map(same_size, new.shape, old.shape)):
-            return f"shape {list(new.shape)} where the graph had {list(old.shape)}"
+        new_dtype, new_shape = (new.dtype, new.shape) if fake is None else fake.dtype_shape(new)
+        old_dtype = old.dtype
+        if new_dtype != old_dtype:
+            return f"dtype {new_dtype} where the graph had {old_dtype}"
+        old_shape = old.shape
+        if len(new_shape) != len(old_shape) or not _same_shape(new_shape, old_shape):
+            return f"shape {list(new_shape)} where the graph had {list(old_shape)}"
         return None
     if isinstance(old, (tuple, list)):
         if not isinstance(new, (tuple, list)) or len(new) != len(old):
             return "a different number of outputs"
         for a, b in zip(new, old):
-            why = _same_value_type(a, b)
+            why = _same_value_type(a, b, fake)
             if why:
                 return why
     return None
+
+
+def _same_shape(a: torch.Size, b: torch.Size) -> bool:
+    """Equal sizes, dim by dim (``same_size``; plain ints compared directly, SymInts never
+    with ``==``, which could add a guard). Same rank assumed."""
+    if _INT.issuperset(map(type, a)) and _INT.issuperset(map(type, b)):
+        return a == b
+    return all(map(same_size, a, b))
 
 
 def _depends_on_roots(inputs: list[fx.Node], roots: tuple[fx.Node, ...]) -> fx.Node | None:
@@ -128,25 +145,29 @@ def apply_match(m: Match, graph: fx.Graph, fake: FakePropagator) -> Failure | li
     """Rewrite one match in place and return the nodes it created. Returns a Failure
     (graph unchanged) when the rewrite is no longer safe; raises :class:`RewriteError`
     (graph unchanged) when the rule's rewrite is broken."""
-    escape = escape_of(m.nodes, m.roots, m.node_set)
+    roots = m.roots
+    escape = escape_of(m.nodes, roots, m.node_set)
     if escape is not None:
         return escape
-    inputs = m.inputs()
-    anchor = min(m.roots, key=lambda r: r._sort_key)
-    if len(m.roots) > 1:
+    if len(roots) > 1:
+        inputs = m.inputs()
+        anchor = min(roots, key=_SORT_KEY)
         late = [i for i in inputs if i._sort_key > anchor._sort_key]
         if late:
-            bad = _depends_on_roots(late, m.roots)
+            bad = _depends_on_roots(late, roots)
             if bad is not None:
                 return Failure("check", (f"the rewrite would create a cycle through {bad.name}",))
             return Failure(
                 "check", (f"input {late[0].name} comes after {anchor.name}; needs reordering",)
             )
-    builder = Builder(graph, m.root, fake)
+    else:
+        anchor = roots[0]
+    rule = m.rule
+    builder = Builder(graph, roots[0], fake)
     try:
-        with graph.inserting_before(anchor):
-            out = m.rule.rewrite(m, builder)
-        news = _as_tuple(out, len(m.roots), m.rule.name)
+        with inserting_before(graph, anchor):
+            out = rule.rewrite(m, builder)
+        news = _as_tuple(out, len(roots), rule.name)
         _validate(m, builder, news)
     except Exception as exc:
         for node in reversed(builder.created):
@@ -154,21 +175,21 @@ def apply_match(m: Match, graph: fx.Graph, fake: FakePropagator) -> Failure | li
         if isinstance(exc, RewriteError):
             raise
         raise RewriteError(
-            f"rule {m.rule.name} at {m.root.name}: the rewrite raised "
+            f"rule {rule.name} at {m.root.name}: the rewrite raised "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         ) from exc
-    for root, new in zip(m.roots, news):
+    for root, new in zip(roots, news):
         if new is not root:
-            root.replace_all_uses_with(new)
-    _erase_matched(m, graph, set(news))
+            replace_uses(graph, root, new)
+    _erase_matched(m, graph, news)
     return builder.created
 
 
 def _validate(m: Match, builder: Builder, news: tuple[fx.Node, ...]) -> None:
-    removed = m.node_set - set(news)
+    node_set = m.node_set  # removed: node_set less news
     for node in builder.created:
         for inp in node.all_input_nodes:
-            if inp in removed:
+            if inp in node_set and inp not in news:
                 raise RewriteError(
                     f"rule {m.rule.name} at {m.root.name}: the replacement uses {inp.name}, "
                     "which the match removes; bind it as an input instead"
@@ -177,15 +198,28 @@ def _validate(m: Match, builder: Builder, news: tuple[fx.Node, ...]) -> None:
         old_val, new_val = root.meta.get("val"), new.meta.get("val")
         if old_val is None or new_val is None:
             continue
-        why = _same_value_type(new_val, old_val)
+        why = _same_value_type(new_val, old_val, builder._fake)
         if why:
             raise RewriteError(f"rule {m.rule.name} at {root.name}: the replacement has {why}")
 
 
-def _erase_matched(m: Match, graph: fx.Graph, keep: set[fx.Node]) -> None:
-    doomed = [n for n in m.nodes if n not in keep]
-    asserts = [u for n in doomed for u in n.users if is_metadata_assert(u)]
+def _erase_matched(m: Match, graph: fx.Graph, keep: tuple[fx.Node, ...]) -> None:
+    """Erase the matched nodes not in ``keep`` (users first) and the metadata asserts on
+    them. Their users are matched nodes or asserts (the escape check), so only users
+    outside the match are asserts to look at."""
+    node_set = m.node_set
+    if len(keep) == 1:  # (``is``: comparing nodes with ``==`` runs their rich compare)
+        kept = keep[0]
+        doomed = [n for n in m.nodes if n is not kept]
+    else:
+        keep_set = set(keep)
+        doomed = [n for n in m.nodes if n not in keep_set]
+    asserts = [u for n in doomed for u in n.users if u not in node_set and is_metadata_assert(u)]
     if asserts:
         erase(graph, list(dict.fromkeys(asserts)))
-    doomed.sort(key=lambda x: x._sort_key, reverse=True)
-    erase(graph, doomed, unused_only=True)
+    # Users first: the match's order usually is (a root, then what it reads); whatever a
+    # node's users kept is erased in position order, latest first.
+    skipped = erase(graph, doomed, unused_only=True)
+    if skipped:
+        skipped.sort(key=_SORT_KEY, reverse=True)
+        erase(graph, skipped, unused_only=True)

@@ -72,18 +72,26 @@ _CACHE_MAX = 4096
 STATS = {"hits": 0, "misses": 0}
 
 
+_INT = frozenset((int,))
+_MISS = object()
+
+
 def _ints(xs: Any) -> tuple | None:
     out = tuple(xs)
-    return out if all(type(x) is int for x in out) else None
+    return out if _INT.issuperset(map(type, out)) else None
 
 
-def _cache_key(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> tuple | None:
-    """The cache key of one simulation; None when a size is symbolic (not cached)."""
+def _cache_key(
+    start: fx.Node, chain: tuple[fx.Node, ...], names: tuple[str, ...], dims: tuple
+) -> tuple | None:
+    """The cache key of one simulation (``names``: the sizes' names, ``dims``: their
+    values); None when a size is symbolic (not cached)."""
     shape = _ints(start.meta["val"].shape)
-    dims = _ints(sizes.values())
-    if shape is None or dims is None:
+    if shape is None or not _INT.issuperset(map(type, dims)):
         return None
-    key: list = [shape, tuple(sizes), dims]
+    if not chain:
+        return (shape, names, dims)
+    key: list = [shape, names, dims]
     for node in chain:
         t, args = node.target, node.args
         if t is aten.transpose.int:
@@ -96,7 +104,7 @@ def _cache_key(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]
             read = _ints(node.meta["val"].shape)
             if read is None:
                 return None
-        if not all(type(x) is int for x in (read or ())):
+        if read and not _INT.issuperset(map(type, read)):
             return None
         key.append((t, read))
     return tuple(key)
@@ -105,12 +113,35 @@ def _cache_key(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]
 def output_layout(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> str | None:
     """The layout name the chain (outermost first) produces from ``start``'s value, where
     ``start`` holds ``[B, H, S, D]`` (possibly already flattened, e.g. ``[B*H, S, D]``)."""
-    key = _cache_key(start, chain, sizes)
-    if key is not None and key in _CACHE:
-        STATS["hits"] += 1
-        return _CACHE[key]
+    return _cached_layout(start, chain, tuple(sizes), tuple(sizes.values()))
+
+
+_BHSD = ("B", "H", "S", "D")
+
+
+def bhsd_layout(start: fx.Node, chain: tuple[fx.Node, ...], dims: tuple) -> str | None:
+    """``output_layout`` with the sizes ``B, H, S, D = dims``."""
+    if not chain:  # the common case, looked up inline: _cache_key's key for no chain
+        shape = tuple(start.meta["val"].shape)
+        if _INT.issuperset(map(type, shape)) and _INT.issuperset(map(type, dims)):
+            got = _CACHE.get((shape, _BHSD, dims), _MISS)
+            if got is not _MISS:
+                STATS["hits"] += 1
+                return got  # type: ignore[return-value]
+    return _cached_layout(start, chain, _BHSD, dims)
+
+
+def _cached_layout(
+    start: fx.Node, chain: tuple[fx.Node, ...], names: tuple[str, ...], dims: tuple
+) -> str | None:
+    key = _cache_key(start, chain, names, dims)
+    if key is not None:
+        got = _CACHE.get(key, _MISS)
+        if got is not _MISS:
+            STATS["hits"] += 1
+            return got  # type: ignore[return-value]
     STATS["misses"] += 1
-    out = _simulate(start, chain, sizes)
+    out = _simulate(start, chain, dict(zip(names, dims)))
     if key is not None:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()

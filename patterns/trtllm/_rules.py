@@ -10,7 +10,7 @@ import torch
 from graphfuse import Builder, Match, Rule
 from graphfuse import dsl as P
 
-from ._layout import output_layout
+from ._layout import bhsd_layout
 from ._spellings import (
     FP8,
     OUTPUT_CHAIN,
@@ -32,11 +32,15 @@ def _dtype_of(node: Any) -> Any:
     return val.dtype if isinstance(val, torch.Tensor) else None
 
 
+_CAST_CHAINS = tuple((n, f"{n}_cast", f"{n}_inner_cast") for n in "qkv")
+
+
 def _check_input_casts(m: Match) -> Any:
     """Casts seen through in front of q / k / v must be exact (same dtype or to fp32/fp64):
     the fused op reads the tensor before the cast."""
-    for name in ("q", "k", "v"):
-        for node in m.chain(f"{name}_cast") + m.chain(f"{name}_inner_cast"):
+    chains = m.chains
+    for name, outer, inner in _CAST_CHAINS:
+        for node in chains.get(outer, ()) + chains.get(inner, ()):
             src, dst = _dtype_of(node.args[0]), _dtype_of(node)
             if dst != src and dst not in _WIDE:
                 return m.fail(
@@ -70,80 +74,113 @@ def _number(m: Match, name: str) -> Any:
     return v if v is None or isinstance(v, Number) else m.fail("{n} is a tensor", n=name)
 
 
+_ABSENT = object()
+_SCALE_FACTORS = ("q_prescale", "k_prescale", "post_scale")
+_FLOAT_INT = (float, int)
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) in _FLOAT_INT or isinstance(v, Number)
+
+
 def _softmax_scale(m: Match) -> Any:
     """The softmax scale the match spells (None: SDPA's default 1/sqrt(D)), or a Failure."""
-    if m.tag("source") != "math":
-        scale = m.get("scale")
-        if scale is None or isinstance(scale, Number):
+    tags, get = m.tags, m.binds.get
+    if tags.get("source") != "math":
+        scale = get("scale")
+        if scale is None or _is_number(scale):
             return scale
         return m.fail("the softmax scale is a tensor ({s}); the fused op needs a constant", s=scale)
     scale = 1.0
-    for name in ("q_prescale", "k_prescale", "post_scale"):
-        if name not in m:
+    for name in _SCALE_FACTORS:
+        v = get(name, _ABSENT)
+        if v is _ABSENT:
             continue
-        v = m[name]
-        if not isinstance(v, Number):
+        if type(v) not in _FLOAT_INT and not isinstance(v, Number):
             return m.fail("the softmax scale {n} is not a constant", n=name)
-        scale = scale / v if name == "post_scale" and m.tag("post_scale") == "div" else scale * v
+        scale = scale / v if name == "post_scale" and tags.get(name) == "div" else scale * v
     return float(scale)
 
 
-def _check_heads(m: Match, name: str, hq: int) -> Any:
-    kv = m.val(name)
-    tag = m.tag(f"{name}_repeat")
+def _check_heads(m: Match, name: str, hq: int, hkv: int, tag: str | None) -> Any:
+    """``hkv``: the heads of ``name``'s value; ``tag``: the ``{name}_repeat`` branch."""
     if tag == "interleave":
         reps = m[f"{name}_rep"]
-        if not isinstance(reps, int) or reps * kv.shape[1] != hq:
+        if not isinstance(reps, int) or reps * hkv != hq:
             return m.fail("{n} is repeated {r} times to {h} heads", n=name, r=reps, h=hq)
     elif tag == "expand":
         sizes = m[f"{name}_exp"]
-        if not (isinstance(sizes, (list, tuple)) and len(sizes) == 5 and sizes[1] == kv.shape[1]):
+        if not (isinstance(sizes, (list, tuple)) and len(sizes) == 5 and sizes[1] == hkv):
             return m.fail("{n} is expanded to {s}, not [B, Hkv, n_rep, S, D]", n=name, s=sizes)
-    if hq % kv.shape[1] != 0:
-        return m.fail("Hq = {hq} is not a multiple of Hkv = {hkv}", name, hq=hq, hkv=kv.shape[1])
+    if hq % hkv != 0:
+        return m.fail("Hq = {hq} is not a multiple of Hkv = {hkv}", name, hq=hq, hkv=hkv)
     return None
 
 
+_MASKS = ("mask", "mask_add", "mask_dropped")
+
+
 def _mask(m: Match) -> Any:
-    for name in ("mask", "mask_add", "mask_dropped"):
-        if isinstance(m.get(name), torch.fx.Node):
+    get = m.binds.get
+    for name in _MASKS:
+        if isinstance(get(name), _FX_NODE):
             return name
     return None
 
 
+_QKV = (("q", "q_scale"), ("k", "k_scale"), ("v", "v_scale"))
+_FX_NODE = torch.fx.Node
+
+
 def check_attention(m: Match) -> Any:
-    """The conditions every fused attention needs (inputs, GQA, mask, dropout, scale)."""
-    if (f := _check_input_casts(m)) is not None:
+    """The conditions every fused attention needs (inputs, GQA, mask, dropout, scale).
+
+    On success it leaves in ``m.memo``: ``"sizes"`` (B, H, S, D) and ``"attention"`` (the
+    mask's capture name, the causal mode and the softmax scale), read again by rewrite."""
+    if any(m.chains.values()) and (f := _check_input_casts(m)) is not None:
         return f
-    for name in ("q", "k", "v"):
-        val = m.val(name)
-        if val.dim() != 4:
+    binds = m.binds
+    shapes = []
+    for name, scale_name in _QKV:
+        node = binds[name] if name in binds else m[name]  # (m[...]: its KeyError)
+        val = node.meta.get("val") if isinstance(node, _FX_NODE) else node  # m.val(name)
+        shape = val.shape
+        if len(shape) != 4:
             return m.fail(
                 "{n} has rank {r}; the fused op takes [B, H, S, D]", name, n=name, r=val.dim()
             )
-        if val.dtype not in _INPUT_DTYPES:
+        dtype = val.dtype
+        if dtype not in _INPUT_DTYPES:
             return m.fail(
                 "{n} has dtype {d}; the fused op takes fp32/bf16/fp16/fp8",
                 name,
                 n=name,
-                d=val.dtype,
+                d=dtype,
             )
-        if f"{name}_scale" in m and (f := m.single_element(f"{name}_scale")):
+        if scale_name in binds and (f := _single_element(m, scale_name)):
             return f
-    q, v = m.val("q"), m.val("v")
-    for name in ("k", "v"):
-        if (f := _check_heads(m, name, q.shape[1])) is not None:
-            return f
-    dropout = m.get("dropout")
+        shapes.append(shape)
+    qs, ks, vs = shapes
+    tags = m.tags
+    if (f := _check_heads(m, "k", qs[1], ks[1], tags.get("k_repeat"))) is not None:
+        return f
+    if (f := _check_heads(m, "v", qs[1], vs[1], tags.get("v_repeat"))) is not None:
+        return f
+    get = binds.get
+    dropout = get("dropout")
     if dropout not in (None, 0, 0.0):
         return m.fail("dropout_p is {p}; the fused op has no dropout", p=dropout)
-    causal = m.get("is_causal", False)
+    causal = get("is_causal", False)
     if not isinstance(causal, bool):
         return m.fail("is_causal is {c}; the fused op needs a constant", c=causal)
-    mask = _mask(m)
+    mask = None  # _mask(m)
+    for name in _MASKS:
+        if isinstance(get(name), _FX_NODE):
+            mask = name
+            break
     if mask is not None:
         shape = m.val(mask).shape
-        full = (q.shape[0], q.shape[1], q.shape[2], m.val("k").shape[2])
+        full = (qs[0], qs[1], qs[2], ks[2])
         if len(shape) > 4 or any(
             not (s == 1 or s == f) for s, f in zip(reversed(shape), reversed(full))
         ):
@@ -153,28 +190,36 @@ def check_attention(m: Match) -> Any:
                 s=list(shape),
                 f=list(full),
             )
-    if tuple(m.val("k").shape) != tuple(v.shape):
+    if tuple(ks) != tuple(vs):
         return m.fail(
             "k has shape {ks} and v {vs}; the fused op needs equal shapes",
-            ks=list(m.val("k").shape),
-            vs=list(v.shape),
+            ks=list(ks),
+            vs=list(vs),
         )
-    if v.shape[3] != q.shape[3]:
-        return m.fail("v's head_dim {dv} differs from q's {dq}", dv=v.shape[3], dq=q.shape[3])
+    if vs[3] != qs[3]:
+        return m.fail("v's head_dim {dv} differs from q's {dq}", dv=vs[3], dq=qs[3])
     scale = _softmax_scale(m)
-    return scale if not (scale is None or isinstance(scale, float | int)) else None
+    if not (scale is None or isinstance(scale, float | int)):
+        return scale
+    memo = m.memo
+    memo["sizes"] = (qs[0], qs[1], qs[2], vs[3])
+    memo["attention"] = (mask, "top_left" if causal is True else "none", scale)
+    return None
 
 
 def _layout(m: Match) -> str | None:
-    if "layout" not in m.memo:  # computed by check, read again by rewrite
-        q = m.val("q")
-        sizes = {"B": q.shape[0], "H": q.shape[1], "S": q.shape[2], "D": m.val("v").shape[3]}
-        m.memo["layout"] = output_layout(m["attn"], m.chain("layout"), sizes)
-    return m.memo["layout"]
+    memo = m.memo
+    if "layout" not in memo:  # computed by check, read again by rewrite
+        sizes = memo.get("sizes")  # B, H, S, D (left by check_attention)
+        if sizes is None:
+            q = m.val("q")
+            sizes = (q.shape[0], q.shape[1], q.shape[2], m.val("v").shape[3])
+        memo["layout"] = bhsd_layout(m["attn"], m.chain("layout"), sizes)
+    return memo["layout"]
 
 
 def _check_layout(m: Match) -> Any:
-    if (f := _check_output_casts(m)) is not None:
+    if m.chains.get("layout") and (f := _check_output_casts(m)) is not None:
         return f
     if _layout(m) is None:
         ops = " -> ".join(n.name for n in reversed(m.chain("layout")))
@@ -183,19 +228,24 @@ def _check_layout(m: Match) -> Any:
 
 
 def _op_args(m: Match, b: Builder) -> tuple:
-    mask = _mask(m)
+    got = m.memo.get("attention")  # left by check_attention
+    if got is None:
+        mask = _mask(m)
+        causal = "top_left" if m.get("is_causal", False) is True else "none"
+        scale = _softmax_scale(m)
+    else:
+        mask, causal, scale = got
     mask_node = m.get(mask) if mask else None
     if mask == "mask_dropped":
         mask_node = b.call(aten.logical_not.default, mask_node)
-    causal = "top_left" if m.get("is_causal", False) is True else "none"
-    scale = _softmax_scale(m)
+    get = m.get
     return (
         m["q"],
         m["k"],
         m["v"],
-        m.get("q_scale"),
-        m.get("k_scale"),
-        m.get("v_scale"),
+        get("q_scale"),
+        get("k_scale"),
+        get("v_scale"),
         mask_node,
         causal,
         None if scale is None else float(scale),
@@ -204,8 +254,17 @@ def _op_args(m: Match, b: Builder) -> tuple:
     )
 
 
+def _single_element(m: Match, name: str) -> Any:
+    """``m.single_element(name)``, its passing case inline."""
+    v = m.binds.get(name)
+    val = v.meta.get("val") if isinstance(v, _FX_NODE) else v
+    if isinstance(val, torch.Tensor) and val.numel() == 1:
+        return None
+    return m.single_element(name)
+
+
 def _check_fp8_out(m: Match) -> Any:
-    return check_attention(m) or m.single_element("out_scale") or _check_layout(m)
+    return check_attention(m) or _single_element(m, "out_scale") or _check_layout(m)
 
 
 def _rewrite_fp8_out(m: Match, b: Builder) -> Any:
@@ -214,7 +273,7 @@ def _rewrite_fp8_out(m: Match, b: Builder) -> Any:
 
 
 def _check_nvfp4_out(m: Match) -> Any:
-    f = check_attention(m) or m.single_element("out_global_scale") or _check_layout(m)
+    f = check_attention(m) or _single_element(m, "out_global_scale") or _check_layout(m)
     if f:
         return f
     if m["swizzle"] is not True:
