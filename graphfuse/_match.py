@@ -42,6 +42,17 @@ class Match:
         self.node_set = set(st.node_set)
         self.memo: dict[str, Any] = {}
 
+    @classmethod
+    def taking(cls, rule: Rule, roots: tuple[fx.Node, ...], st: _State) -> Match:
+        """The match of a search that ends here: it takes ``st``'s tables instead of
+        copying them (the search stops at an accepted match and never undoes them)."""
+        m = cls.__new__(cls)
+        m.rule, m.roots = rule, roots
+        m.binds, m.tags, m.dims, m.chains = st.binds, st.tags, st.dims, st.chains
+        m.nodes, m.node_set = st.nodes, st.node_set
+        m.memo = {}
+        return m
+
     @property
     def root(self) -> fx.Node:
         return self.roots[0]

@@ -31,7 +31,8 @@ def escape_of(nodes: list[fx.Node], roots: tuple[fx.Node, ...], node_set: set) -
     """The first intermediate (a matched node that is not a root) with a real user outside
     the match, as a :class:`Failure`; None when the match is self-contained."""
     for n in nodes:
-        if n in roots:
+        # by identity: ``in`` on a tuple would call fx.Node's rich comparison per root
+        if n is roots[0] or (len(roots) > 1 and any(n is r for r in roots)):
             continue
         for user in n.users:
             if user not in node_set and not is_metadata_assert(user):
@@ -112,10 +113,11 @@ def _search(
         if len(pats) == 1 and not skip and not inline:  # the common case, in one step
             c = compiled(pats[0])
             roots = (node,)
+            # the first solution ends the search, state as it is: the match takes it
             if st.fast:
-                c.fast(node, st, None, lambda: found.append(Match(rule, roots, st)) or True)
+                c.fast(node, st, None, lambda: found.append(Match.taking(rule, roots, st)) or True)
             else:
-                c.m(node, st, None, lambda: found.append(Match(rule, roots, st)) or True)
+                c.m(node, st, None, lambda: found.append(Match.taking(rule, roots, st)) or True)
         else:
             _m_roots(pats, 0, (node,), st, accept)
     finally:

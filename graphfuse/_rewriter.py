@@ -2,7 +2,7 @@
 
 Safety, all local to the match:
 - an intermediate with a real user outside the match blocks the rewrite (checked again
-  right before splicing, since earlier rewrites may have added users);
+  right before splicing unless the caller matched on the unchanged graph just before);
 - new nodes go right before the earliest root, after every input, so order stays
   topological; for several roots, a bounded search between the earliest root and the
   latest input proves that no input depends on a root (no cycle);
@@ -141,14 +141,20 @@ def alive(m: Match) -> bool:
     )
 
 
-def apply_match(m: Match, graph: fx.Graph, fake: FakePropagator) -> Failure | list[fx.Node]:
+def apply_match(
+    m: Match, graph: fx.Graph, fake: FakePropagator, *, escape_checked: bool = False
+) -> Failure | list[fx.Node]:
     """Rewrite one match in place and return the nodes it created. Returns a Failure
     (graph unchanged) when the rewrite is no longer safe; raises :class:`RewriteError`
-    (graph unchanged) when the rule's rewrite is broken."""
+    (graph unchanged) when the rule's rewrite is broken.
+
+    ``escape_checked``: the caller found ``m`` on this graph and edited nothing since
+    (``match_rule`` ran the escape check), so it is not run again."""
     roots = m.roots
-    escape = escape_of(m.nodes, roots, m.node_set)
-    if escape is not None:
-        return escape
+    if not escape_checked:
+        escape = escape_of(m.nodes, roots, m.node_set)
+        if escape is not None:
+            return escape
     if len(roots) > 1:
         inputs = m.inputs()
         anchor = min(roots, key=_SORT_KEY)

@@ -117,7 +117,8 @@ def run_rules(
                 if dry_run:
                     consumed |= res.node_set
                 else:
-                    created = apply_match(res, graph, fake)
+                    # matched on this graph just now, escape check included
+                    created = apply_match(res, graph, fake, escape_checked=True)
                     if not isinstance(created, list):  # no longer safe: retry next sweep
                         res, created = created, None
                     else:
