@@ -40,6 +40,13 @@ from . import dsl as P
 from ._matcher import _first_set, _ids_may, _literal_equal, _type_ok
 
 _ONCE = (None,)
+# fx.Node.args is a Python property returning ``_args``: read the slot where it is only that
+_ARGS = (
+    "_args"
+    if getattr(getattr(fx.Node, "args", None), "fget", None) is not None
+    and fx.Node.args.fget.__code__.co_names == ("_args",)
+    else "args"
+)
 _SYMS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
@@ -380,16 +387,19 @@ def generate(call: Any, plan: Any, pairs: list, swapped: list | None) -> Any:
     else:
         read = "PLAN.read(value)" if plan.reads is not None else "normalized(value, st.norm)"
         if plan.direct:
-            src.emit("args = value.args")
+            src.emit(f"args = value.{_ARGS}")
             if plan.need:
                 src.emit(f"if {plan.need} > len(args):")
                 src.emit(f"    args = {read}")
+                src.emit(f"    if {plan.need} > len(args):")
+                src.emit("        st.undo(mark)")
+                src.emit("        return False")
         else:
             src.emit(f"args = {read}")
-        if plan.need:
-            src.emit(f"if {plan.need} > len(args):")
-            src.emit("    st.undo(mark)")
-            src.emit("    return False")
+            if plan.need:
+                src.emit(f"if {plan.need} > len(args):")
+                src.emit("    st.undo(mark)")
+                src.emit("    return False")
         ways = [pairs] + ([swapped] if swapped is not None else [])
         for n, ps in enumerate(ways):
             if n:
