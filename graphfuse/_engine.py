@@ -3,6 +3,12 @@
 ``compiled(pat).m(value, st, where, k)`` calls the continuation ``k()`` each time ``pat``
 matched ``value`` (having extended the shared :class:`~graphfuse._matcher._State`), undoes
 its own changes before trying the next way, and returns True as soon as a ``k()`` does.
+
+Two paths with that contract: ``m`` walks every way and reports each failure to the
+state's tracer (``explain``); ``fast`` (no tracer: ``apply``, dry runs) runs Python
+generated per (call pattern, target) by :mod:`graphfuse._codegen`, skipping the ways whose
+first op cannot match. Both find the same matches in the same order
+(``tests/fuzz/test_fast_path_equivalence.py``).
 """
 
 from __future__ import annotations
