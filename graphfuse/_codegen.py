@@ -4,10 +4,13 @@ On the fast path (no tracer) the engine matches a :class:`P.Call` at a node of a
 target with one generated function per (pattern, target): the target's argument plan is
 unrolled into straight-line code, single-way leaves (captures, wildcards, literals, typed
 captures) are tested inline, and only the arguments that may match in several ways call
-their sub-matcher, chained by continuations. The generated function keeps the engine's
+a sub-matcher: the *entry* of the argument's pattern for the argument's target (see
+"entries" below), chained by continuations. The generated function keeps the engine's
 contract (``fn(value, st, where, k)``: ``k()`` per way, state undone on failure, True as
-soon as a ``k()`` accepts) and does exactly what the object path does, in the same order:
-the same bindings, dims, chains, visit counts and solutions (tests compare the two).
+soon as a ``k()`` accepts) and finds what the traced path (``m``) finds, in the same
+order: the same bindings, tags, chains, dims and solutions, with no more visits (a way
+whose first op cannot match the value is skipped unvisited;
+``tests/fuzz/test_fast_path_equivalence.py`` compares the two).
 
 Example of what is generated, for ``P.op(aten.mul.Tensor, P.op(aten.neg, x), P.scalar("c"))``
 at ``aten.mul.Tensor`` (simplified)::
@@ -17,16 +20,19 @@ at ``aten.mul.Tensor`` (simplified)::
         trail = st.trail
         mark = len(trail)
         <add value to st.nodes>
-        args = value.args
+        args = value._args
         for _ in ONCE:          # a block that ``break`` leaves on failure
             a = args[1]
             st.visits += 1
             <"c" must be a scalar; bind it>
             a = args[0]
-            if <a may be a neg call> and C0.fast(a, st, (value, 0), k):
+            <f = the neg pattern's entry for a's target; break if a cannot start it>
+            if f(a, st, (value, 0), k):
                 return True
         st.undo(mark)
         return False
+
+Each generated function keeps its source as ``fn.source``.
 """
 
 from __future__ import annotations
