@@ -283,7 +283,7 @@ def _entry(matcher: Any, value: fx.Node) -> Any:
         inner = _entry(final, value)
         return _resolved(inner, tags, chains, skipped)
     if kind is _CMaybe:
-        return matcher.chains_fast
+        return matcher.walk_fast
     ways = tuple((tag, _entry(branch, value)) for tag, branch, _ in matcher._fast_branches(value))
     return _branches(ways, matcher.name)
 

@@ -275,7 +275,39 @@ def _run_resolved(r: tuple, value: Any, st: _State, where: tuple | None, k: Cont
     return False
 
 
-class _CAlt:
+class _Wrapper:
+    """An ``alt`` or ``maybe``: ``walk`` tries its ways; on the fast path a call node goes
+    through the wrapper's entry for its target (:func:`graphfuse._codegen.entry`: resolved
+    to one inner matcher where the target allows), other values through the resolution."""
+
+    __slots__ = ()
+
+    def walk(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
+        raise NotImplementedError
+
+    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        if isinstance(value, fx.Node) and value.op == "call_function":
+            t = value.target
+            hit = self.table.get(id(t))  # type: ignore[attr-defined]
+            if hit is None or hit[0] is not t:
+                hit = entry(self, self.table, value)  # type: ignore[attr-defined]
+            return hit[1](value, st, where, k)
+        r = _resolution(self, value)
+        if r[0] is not self:
+            return _run_resolved(r, value, st, where, k)
+        return self.walk(value, st, where, k, True)
+
+    def walk_fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        """The fast path where the value's target does not resolve the wrapper."""
+        return self.walk(value, st, where, k, True)
+
+    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        if st.fast:
+            return self.fast(value, st, where, k)
+        return self.walk(value, st, where, k, False)
+
+
+class _CAlt(_Wrapper):
     __slots__ = ("pat", "name", "branches", "by_target", "res", "table")
 
     def __init__(self, pat: P.Alt) -> None:
@@ -307,24 +339,8 @@ class _CAlt:
             hit = self.by_target[id(t)] = (t, kept)
         return hit[1]
 
-    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        if isinstance(value, fx.Node) and value.op == "call_function":
-            t = value.target
-            hit = self.table.get(id(t))
-            if hit is None or hit[0] is not t:
-                hit = entry(self, self.table, value)
-            return hit[1](value, st, where, k)
-        r = _resolution(self, value)
-        if r[0] is not self:
-            return _run_resolved(r, value, st, where, k)
-        return self._branches(value, st, where, k, True)
-
-    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        if st.fast:
-            return self.fast(value, st, where, k)
-        return self._branches(value, st, where, k, False)
-
-    def _branches(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
+    def walk(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
+        """Each branch in turn (on the fast path only those that may start at the value)."""
         st.visits += 1
         name = self.name
         for tag, branch, _ in self._fast_branches(value) if fast else self.branches:
@@ -337,7 +353,7 @@ class _CAlt:
         return False
 
 
-class _CMaybe:
+class _CMaybe(_Wrapper):
     __slots__ = (
         "exact",
         "packets",
@@ -387,28 +403,8 @@ class _CMaybe:
             hit = self.by_target[id(t)] = (t, chain_op, may)
         return hit
 
-    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        if isinstance(value, fx.Node) and value.op == "call_function":
-            t = value.target
-            hit = self.table.get(id(t))
-            if hit is None or hit[0] is not t:
-                hit = entry(self, self.table, value)
-            return hit[1](value, st, where, k)
-        r = _resolution(self, value)
-        if r[0] is not self:
-            return _run_resolved(r, value, st, where, k)
-        return self._chains(value, st, where, k, True)
-
-    def chains_fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        """The fast path at a value where a chain may start."""
-        return self._chains(value, st, where, k, True)
-
-    def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        if st.fast:
-            return self.fast(value, st, where, k)
-        return self._chains(value, st, where, k, False)
-
-    def _chains(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
+    def walk(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
+        """The chains through the value, longest first, then the inner pattern at each."""
         st.visits += 1
         kind = self._kind(value)
         inner = self.inner.fast if fast else self.inner.m

@@ -9,10 +9,9 @@ from typing import Any
 from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
-from torch.fx import graph as _fx_graph
 
 from ._errors import GraphfuseError
-from ._fxedit import _SETATTR, FAST, _bucket, _buckets, _map_arg
+from ._fxedit import _SETATTR, FAST, _bucket, _buckets, _map_arg, create_name
 
 Program = ExportedProgram | fx.GraphModule
 
@@ -85,39 +84,6 @@ def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node])
         graph._len += 1
         val_map[node] = new
     return None
-
-
-_ILLEGAL_NAMES: Any = getattr(_fx_graph, "_illegal_names", None)
-
-
-def create_name(namespace: Any, candidate: str) -> str:
-    """``namespace.create_name(candidate, None)`` (fx's ``_Namespace``), the same name and
-    namespace state, without fx's name regex (its lazy quantifier backtracks over every
-    character: about 2 µs for a name like ``convert_element_type_123``) for candidates that
-    are ASCII identifiers; others go to fx."""
-    if _ILLEGAL_NAMES is None or not (candidate.isascii() and candidate.isidentifier()):
-        return namespace.create_name(candidate, None)
-    # fx's regex: the shortest base such that the rest is empty or "_<digits>"
-    i = candidate.rfind("_")
-    tail = candidate[i + 1 :]
-    if i > 0 and tail.isdigit():
-        base, num_s = candidate[:i], tail
-    else:
-        base, num_s = candidate, None
-    used = namespace._used_names
-    if num_s is None or candidate in used:
-        num = namespace._base_count.get(base, 0)
-        if _ILLEGAL_NAMES.get(candidate) is not None:
-            num += 1
-            candidate = f"{base}_{num}"
-    else:
-        num = int(num_s)
-    while candidate in used:
-        num += 1
-        candidate = f"{base}_{num}"
-    used.add(candidate)
-    namespace._base_count[base] = num
-    return candidate
 
 
 def copy_program(program: Program) -> tuple[Program, fx.GraphModule]:

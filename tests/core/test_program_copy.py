@@ -71,13 +71,14 @@ def test_fallback_copy_is_fx_graph_copy(monkeypatch) -> None:
 
 
 def test_create_name_gives_fx_names_and_state() -> None:
-    """The copy's name creation (no regex) names exactly as fx's ``_Namespace``: the same
-    names and the same namespace state, over edge cases and random candidates."""
+    """graphfuse's name creation (the copy's, the rewrite's) names exactly as fx's
+    ``_Namespace``: the same names and namespace state, over edge cases and random
+    candidates."""
     import random
 
     from torch.fx import graph as fx_graph
 
-    from graphfuse._program import create_name
+    from graphfuse._fxedit import create_name
 
     rng = random.Random(0)
     pool = ["to", "to_1", "a_", "_1", "a__1", "a_01", "if", "input", "list", "x.y", "3d", ""]
