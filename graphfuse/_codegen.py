@@ -255,17 +255,23 @@ def entry(matcher: Any, table: dict, value: fx.Node, first: Any = None) -> tuple
     if first is not None and not _ids_may(first, value):
         fn = None
     else:
-        fn = _entry(matcher, value)
+        fn = entry_for(matcher, value)
     hit = table[id(t)] = (t, fn)
     return hit
 
 
-def _entry(matcher: Any, value: fx.Node) -> Any:
+def entry_for(matcher: Any, value: Any) -> Any:
+    """The function matching ``matcher`` at ``value`` (a call node: for its target; any
+    other value: for values that are no call), uncached."""
     from ._engine import _FAIL, _CAlt, _CCall, _CMaybe, _Plan, _resolution
 
-    t = value.target
     kind = type(matcher)
-    if kind is _CCall:
+    if not (isinstance(value, fx.Node) and value.op == "call_function"):
+        # not a call: resolutions depend on that alone (``_resolution`` keys them by None)
+        if kind is _CCall:
+            return _failing(1)
+    elif kind is _CCall:
+        t = value.target
         if id(t) not in matcher.exact and not (
             matcher.packets and id(getattr(t, "overloadpacket", None)) in matcher.packets
         ):
@@ -280,11 +286,13 @@ def _entry(matcher: Any, value: fx.Node) -> Any:
     if final is _FAIL:
         return _failing(skipped)
     if final is not matcher:
-        inner = _entry(final, value)
+        inner = entry_for(final, value)
         return _resolved(inner, tags, chains, skipped)
     if kind is _CMaybe:
         return matcher.walk_fast
-    ways = tuple((tag, _entry(branch, value)) for tag, branch, _ in matcher._fast_branches(value))
+    ways = tuple(
+        (tag, entry_for(branch, value)) for tag, branch, _ in matcher._fast_branches(value)
+    )
     return _branches(ways, matcher.name)
 
 

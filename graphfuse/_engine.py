@@ -19,7 +19,7 @@ from torch import fx
 
 from . import dsl as P
 from ._args import _NO_DEFAULT, _rank, arg_index, arg_spec, canonical_dim, normalize
-from ._codegen import entry, generate
+from ._codegen import entry, entry_for, generate
 from ._leaves import _CCapture, _CListOf, _CLiteral, _CTyped, _CWildcard
 from ._matcher import (
     Cont,
@@ -257,22 +257,7 @@ def _resolution(matcher: Any, value: Any) -> tuple:
     return hit[1:]
 
 
-def _run_resolved(r: tuple, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-    final, tags, chains, skipped = r
-    st.visits += skipped
-    if final is _FAIL:
-        return False
-    if not tags and not chains:
-        return final.fast(value, st, where, k)
-    mark = len(st.trail)
-    for name, tag in tags:
-        st.put(st.tags, name, tag)
-    for name in chains:
-        st.put(st.chains, name, ())
-    if final.fast(value, st, where, k):
-        return True
-    st.undo(mark)
-    return False
+_NOT_A_CALL = 0  # the table key of a value that is no call (``id`` is never 0)
 
 
 class _Wrapper:
@@ -292,10 +277,10 @@ class _Wrapper:
             if hit is None or hit[0] is not t:
                 hit = entry(self, self.table, value)  # type: ignore[attr-defined]
             return hit[1](value, st, where, k)
-        r = _resolution(self, value)
-        if r[0] is not self:
-            return _run_resolved(r, value, st, where, k)
-        return self.walk(value, st, where, k, True)
+        hit = self.table.get(_NOT_A_CALL)  # type: ignore[attr-defined]
+        if hit is None:
+            hit = self.table[_NOT_A_CALL] = (None, entry_for(self, value))  # type: ignore[attr-defined]
+        return hit[1](value, st, where, k)
 
     def walk_fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         """The fast path where the value's target does not resolve the wrapper."""
