@@ -61,7 +61,15 @@ class _Source:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.consts: dict[str, Any] = {}
+        # what leaf tests name (see _leaf)
+        self.consts: dict[str, Any] = dict(
+            Node=fx.Node,
+            Tensor=torch.Tensor,
+            SYMS=_SYMS,
+            ONCE=_ONCE,
+            literal_equal=_literal_equal,
+            type_ok=_type_ok,
+        )
         self.depth = 1
 
     def emit(self, line: str) -> None:
@@ -179,8 +187,6 @@ def leaf_entry(pat: P.Pattern) -> Any:
     """The fast function of a single-way leaf pattern (a typed capture reached by an
     ``alt`` branch, say): the leaf inline, then ``k()``."""
     src = _Source()
-    src.consts.update(Node=fx.Node, Tensor=torch.Tensor, SYMS=_SYMS, ONCE=_ONCE)
-    src.consts.update(literal_equal=_literal_equal, type_ok=_type_ok)
     src.emit("trail = st.trail")
     src.emit("binds = st.binds")
     src.emit("mark = len(trail)")
@@ -248,22 +254,23 @@ def _first_table(matcher: Any) -> dict:
     return hit[1]
 
 
-def entry(matcher: Any, table: dict, value: fx.Node, first: Any = None) -> tuple:
-    """(target, function or None) for ``matcher`` at the call node ``value``, cached in
-    ``table``; None where ``first`` (a first set) is given and excludes the target."""
-    t = value.target
+def entry(matcher: Any, table: dict, value: Any, first: Any = None) -> tuple:
+    """(target, function or None) for ``matcher`` at ``value``, cached in ``table`` under
+    the id of the value's target (of None for a value that is no call); None where
+    ``first`` (a first set) is given and excludes the value."""
+    t = value.target if isinstance(value, fx.Node) and value.op == "call_function" else None
     if first is not None and not _ids_may(first, value):
         fn = None
     else:
-        fn = entry_for(matcher, value)
+        fn = _entry_for(matcher, value)
     hit = table[id(t)] = (t, fn)
     return hit
 
 
-def entry_for(matcher: Any, value: Any) -> Any:
+def _entry_for(matcher: Any, value: Any) -> Any:
     """The function matching ``matcher`` at ``value`` (a call node: for its target; any
     other value: for values that are no call), uncached."""
-    from ._engine import _FAIL, _CAlt, _CCall, _CMaybe, _Plan, _resolution
+    from ._engine import _FAIL, _CAlt, _CCall, _CMaybe, _resolution
 
     kind = type(matcher)
     if not (isinstance(value, fx.Node) and value.op == "call_function"):
@@ -271,27 +278,20 @@ def entry_for(matcher: Any, value: Any) -> Any:
         if kind is _CCall:
             return _failing(1)
     elif kind is _CCall:
-        t = value.target
-        if id(t) not in matcher.exact and not (
-            matcher.packets and id(getattr(t, "overloadpacket", None)) in matcher.packets
-        ):
-            return _failing(1)
-        plan = matcher.plans.get(id(t))
-        if plan is None or plan.target is not t:
-            plan = matcher.plans[id(t)] = _Plan(matcher, t)
-        return plan.fast
+        plan = matcher.plan_for(value.target)
+        return _failing(1) if plan is None else plan.fast
     if kind is not _CAlt and kind is not _CMaybe:
         return getattr(matcher, "leaf", None) or matcher.fast
     final, tags, chains, skipped = _resolution(matcher, value)
     if final is _FAIL:
         return _failing(skipped)
     if final is not matcher:
-        inner = entry_for(final, value)
+        inner = _entry_for(final, value)
         return _resolved(inner, tags, chains, skipped)
     if kind is _CMaybe:
         return matcher.walk_fast
     ways = tuple(
-        (tag, entry_for(branch, value)) for tag, branch, _ in matcher._fast_branches(value)
+        (tag, _entry_for(branch, value)) for tag, branch, _ in matcher._fast_branches(value)
     )
     return _branches(ways, matcher.name)
 
@@ -360,18 +360,7 @@ def generate(call: Any, plan: Any, pairs: list, swapped: list | None) -> Any:
     from ._engine import _normalized, _simple
 
     src = _Source()
-    src.consts.update(
-        Node=fx.Node,
-        Tensor=torch.Tensor,
-        SYMS=_SYMS,
-        ONCE=_ONCE,
-        literal_equal=_literal_equal,
-        type_ok=_type_ok,
-        CALL=call,
-        PLAN=plan,
-        normalized=_normalized,
-        ENTRY=entry,
-    )
+    src.consts.update(CALL=call, PLAN=plan, normalized=_normalized, ENTRY=entry)
     src.emit("st.visits += 1")
     if call.shared:
         src.emit("if (CALL, value) in st.done:")

@@ -19,7 +19,7 @@ from torch import fx
 
 from . import dsl as P
 from ._args import _NO_DEFAULT, _rank, arg_index, arg_spec, canonical_dim, normalize
-from ._codegen import entry, entry_for, generate
+from ._codegen import entry, generate
 from ._leaves import _CCapture, _CListOf, _CLiteral, _CTyped, _CWildcard
 from ._matcher import (
     Cont,
@@ -75,20 +75,28 @@ class _CCall:
         # re-walking its whole sub-pattern could only bind the same values again.
         self.shared = pat.name is not None and _one_way(pat)
 
-    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        """The fast path (no tracer): the generated function of the value's target."""
-        if not isinstance(value, fx.Node) or value.op != "call_function":
-            st.visits += 1
-            return False
-        t = value.target
+    def plan_for(self, t: Any) -> _Plan | None:
+        """The plan for calls of ``t`` (made on first use), None when ``t`` is none of
+        the pattern's targets."""
         plan = self.plans.get(id(t))
         if plan is None or plan.target is not t:
             if id(t) not in self.exact and not (
                 self.packets and id(getattr(t, "overloadpacket", None)) in self.packets
             ):
-                st.visits += 1
-                return False
+                return None
             plan = self.plans[id(t)] = _Plan(self, t)
+        return plan
+
+    def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        """The fast path (no tracer): the generated function of the value's target."""
+        plan = (
+            self.plan_for(value.target)
+            if isinstance(value, fx.Node) and value.op == "call_function"
+            else None
+        )
+        if plan is None:
+            st.visits += 1
+            return False
         return plan.fast(value, st, where, k)
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
@@ -98,10 +106,8 @@ class _CCall:
         if not isinstance(value, fx.Node) or value.op != "call_function":
             st.fail("not_call", where, value, self.pat)
             return False
-        t = value.target
-        if id(t) not in self.exact and not (
-            self.packets and id(getattr(t, "overloadpacket", None)) in self.packets
-        ):
+        plan = self.plan_for(value.target)
+        if plan is None:
             st.fail("target", value, self.pat)
             return False
         mark = len(st.trail)
@@ -110,9 +116,6 @@ class _CCall:
         if self.shared:
             st.put(st.done, (self, value), True)
         st.add_node(value)
-        plan = self.plans.get(id(t))
-        if plan is None or plan.target is not t:
-            plan = self.plans[id(t)] = _Plan(self, t)
         args = value.args
         if not plan.direct or plan.need > len(args):
             args = plan.read(value) if plan.reads is not None else _normalized(value, st.norm)
@@ -240,6 +243,14 @@ def _m_args(items: list, i: int, args: list, node: fx.Node, st: _State, k: Cont)
     return sub.m(arg, st, (node, idx), lambda: _m_args(items, i + 1, args, node, st, k))
 
 
+# --------------------------------------------------------------------------- resolution
+# On the fast path, an ``alt`` of which a single branch may start at a value's target, or
+# a ``maybe`` whose chain cannot start at it, passes the value on to one inner matcher,
+# knowing by the target alone the tags / empty chains it records on the way. Such a run of
+# wrappers is resolved once per target into (final matcher, tags, chain names, wrappers
+# skipped) and matched in one step: the same matches, state and visit counts as walking
+# through each wrapper, without a Python call per wrapper.
+
 _FAIL = object()  # the final matcher of a resolution that certainly fails
 
 
@@ -257,13 +268,11 @@ def _resolution(matcher: Any, value: Any) -> tuple:
     return hit[1:]
 
 
-_NOT_A_CALL = 0  # the table key of a value that is no call (``id`` is never 0)
-
-
 class _Wrapper:
     """An ``alt`` or ``maybe``: ``walk`` tries its ways; on the fast path a call node goes
-    through the wrapper's entry for its target (:func:`graphfuse._codegen.entry`: resolved
-    to one inner matcher where the target allows), other values through the resolution."""
+    through the wrapper's entry for its target, any other value through the entry for
+    values that are no call (:func:`graphfuse._codegen.entry`: resolved to one inner
+    matcher where that allows)."""
 
     __slots__ = ()
 
@@ -271,15 +280,10 @@ class _Wrapper:
         raise NotImplementedError
 
     def fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        if isinstance(value, fx.Node) and value.op == "call_function":
-            t = value.target
-            hit = self.table.get(id(t))  # type: ignore[attr-defined]
-            if hit is None or hit[0] is not t:
-                hit = entry(self, self.table, value)  # type: ignore[attr-defined]
-            return hit[1](value, st, where, k)
-        hit = self.table.get(_NOT_A_CALL)  # type: ignore[attr-defined]
-        if hit is None:
-            hit = self.table[_NOT_A_CALL] = (None, entry_for(self, value))  # type: ignore[attr-defined]
+        t = value.target if isinstance(value, fx.Node) and value.op == "call_function" else None
+        hit = self.table.get(id(t))  # type: ignore[attr-defined]
+        if hit is None or hit[0] is not t:
+            hit = entry(self, self.table, value)  # type: ignore[attr-defined]
         return hit[1](value, st, where, k)
 
     def walk_fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:

@@ -79,6 +79,15 @@ def _call_buckets(buckets: dict) -> dict:
     return got
 
 
+def _call_bucket(calls: dict, buckets: dict, graph: fx.Graph, node: fx.Node) -> dict:
+    """``_bucket`` of a call node, through ``calls`` (``_call_buckets(buckets)``)."""
+    target = node.target
+    hit = calls.get(id(target))
+    if hit is None or hit[0] is not target:
+        hit = calls[id(target)] = (target, _bucket(buckets, graph, node))
+    return hit[1]
+
+
 def _bucket(buckets: dict, graph: fx.Graph, node: fx.Node) -> dict:
     """The side-table bucket ``node`` is filed in (``table.table[table._key(node)]``)."""
     op, target = node.op, node.target
@@ -195,11 +204,7 @@ def create_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.N
     graph._graph_namespace.associate_name_with_obj(name, node)
     graph._insert(node)
     buckets = _buckets(graph)
-    calls = _call_buckets(buckets)
-    hit = calls.get(id(target))
-    if hit is None or hit[0] is not target:
-        hit = calls[id(target)] = (target, _bucket(buckets, graph, node))
-    hit[1][node] = None
+    _call_bucket(_call_buckets(buckets), buckets, graph, node)[node] = None
     graph._len += 1
     return node
 
@@ -264,7 +269,6 @@ def erase(graph: fx.Graph, nodes: list[fx.Node], *, unused_only: bool = False) -
         return skipped
     buckets = _buckets(graph)
     calls = _call_buckets(buckets)
-    get = calls.get
     setattr_, none, map_arg = _SETATTR, _none, _map_arg
     erased = 0  # graph._len is lowered once, at the end
     try:
@@ -277,12 +281,8 @@ def erase(graph: fx.Graph, nodes: list[fx.Node], *, unused_only: bool = False) -
             if node._erased or node.graph is not graph:
                 graph.erase_node(node)  # raises or warns as fx does
                 continue
-            target = node.target
             if node.op == "call_function":
-                hit = get(id(target))
-                if hit is None or hit[0] is not target:
-                    hit = calls[id(target)] = (target, _bucket(buckets, graph, node))
-                del hit[1][node]
+                del _call_bucket(calls, buckets, graph, node)[node]
             else:
                 del _bucket(buckets, graph, node)[node]
             node._remove_from_list()

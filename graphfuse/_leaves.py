@@ -91,13 +91,13 @@ class _CLiteral:
 
 
 class _CTyped:
-    __slots__ = ("pat", "inner", "simple", "leaf")
+    __slots__ = ("pat", "inner", "leaf")
 
     def __init__(self, pat: P.Typed) -> None:
         self.pat, self.inner = pat, _compiled(pat.inner)
-        self.simple = type(pat.inner) in (P.Capture, P.Wildcard)
         # the fast path's generated function (a typed capture matched inline)
-        self.leaf = leaf_entry(pat) if self.simple else None
+        simple = type(pat.inner) in (P.Capture, P.Wildcard)
+        self.leaf = leaf_entry(pat) if simple else None
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         st.visits += 1
@@ -121,15 +121,6 @@ class _CTyped:
         """For a simple inner pattern only (see ``_CCapture.one``)."""
         st.visits += 1
         return self.inner.one(value, st, where) and _type_ok(self.pat, value, st)
-
-
-# --------------------------------------------------------------------------- resolution
-# On the fast path, an ``alt`` of which a single branch may start at a value's target, or
-# a ``maybe`` whose chain cannot start at it, passes the value on to one inner matcher,
-# knowing by the target alone the tags / empty chains it records on the way. Such a run of
-# wrappers is resolved once per target into (final matcher, tags, chain names, wrappers
-# skipped) and matched in one step: the same matches, state and visit counts as walking
-# through each wrapper, without a Python call per wrapper.
 
 
 class _CListOf:

@@ -114,10 +114,8 @@ def _search(
             c = compiled(pats[0])
             roots = (node,)
             # the first solution ends the search, state as it is: the match takes it
-            if st.fast:
-                c.fast(node, st, None, lambda: found.append(Match.taking(rule, roots, st)) or True)
-            else:
-                c.m(node, st, None, lambda: found.append(Match.taking(rule, roots, st)) or True)
+            run = c.fast if st.fast else c.m
+            run(node, st, None, lambda: found.append(Match.taking(rule, roots, st)) or True)
         else:
             _m_roots(pats, 0, (node,), st, accept)
     finally:

@@ -96,7 +96,7 @@ def _softmax_scale(m: Match) -> Any:
         v = get(name, _ABSENT)
         if v is _ABSENT:
             continue
-        if type(v) not in _FLOAT_INT and not isinstance(v, Number):
+        if not _is_number(v):
             return m.fail("the softmax scale {n} is not a constant", n=name)
         scale = scale / v if name == "post_scale" and tags.get(name) == "div" else scale * v
     return float(scale)
@@ -142,8 +142,7 @@ def check_attention(m: Match) -> Any:
     binds = m.binds
     shapes = []
     for name, scale_name in _QKV:
-        node = binds[name] if name in binds else m[name]  # (m[...]: its KeyError)
-        val = node.meta.get("val") if isinstance(node, _FX_NODE) else node  # m.val(name)
+        val = m.val(name)
         shape = val.shape
         if len(shape) != 4:
             return m.fail(
@@ -173,11 +172,7 @@ def check_attention(m: Match) -> Any:
     causal = get("is_causal", False)
     if not isinstance(causal, bool):
         return m.fail("is_causal is {c}; the fused op needs a constant", c=causal)
-    mask = None  # _mask(m)
-    for name in _MASKS:
-        if isinstance(get(name), _FX_NODE):
-            mask = name
-            break
+    mask = _mask(m)
     if mask is not None:
         shape = m.val(mask).shape
         full = (qs[0], qs[1], qs[2], ks[2])

@@ -67,6 +67,20 @@ class Silu(torch.nn.Module):
         return torch.sigmoid(x) * x if self.swap else x * torch.sigmoid(x)
 
 
+def fake_input_graph(
+    *shape: int, dtype: torch.dtype = torch.float32
+) -> tuple[fx.Graph, fx.Node, torch.Tensor]:
+    """(an empty graph with a placeholder ``x``, ``x``, its fake value of ``shape``)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        val = torch.empty(*shape, dtype=dtype)
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = val
+    return g, x, val
+
+
 def Fn(fn: Callable[..., Any]) -> torch.nn.Module:  # noqa: N802  (reads like a class)
     """Wraps a function of the inputs as a module whose ``forward`` has the function's
     parameter names (so placeholders are named after them)."""

@@ -20,6 +20,7 @@ from graphfuse._fake import FakePropagator
 from graphfuse._match import Match
 from graphfuse._match_rule import match_rule
 from graphfuse._matcher import _Tracer
+from tests.core._models import fake_input_graph
 
 aten = torch.ops.aten
 
@@ -174,11 +175,7 @@ def test_normalize_cache_notices_an_edit() -> None:
 def test_inline_leaves_bind_what_the_traced_path_binds() -> None:
     """Literals, captures, typed captures and lists are matched inline (no continuation)
     on the fast path; the bindings, dims and visit count equal the traced path's."""
-    with FakeTensorMode():
-        val = torch.empty(2, 8, 4)
-    g = fx.Graph()
-    x = g.placeholder("x")
-    x.meta["val"] = val
+    g, x, _ = fake_input_graph(2, 8, 4)
     perm = g.call_function(aten.permute.default, (x, [0, 2, 1]))
     out = g.call_function(aten.mul.Tensor, (perm, 0.5))
     g.output(out)

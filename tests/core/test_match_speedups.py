@@ -10,7 +10,6 @@ import sys
 
 import torch
 from torch import fx
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 import graphfuse._engine as engine
 import graphfuse._matcher as matcher
@@ -22,6 +21,7 @@ from graphfuse._fake import FakePropagator
 from graphfuse._match import Match
 from graphfuse._match_rule import _MAX_RESEARCH, match_rule
 from graphfuse._matcher import _Tracer
+from tests.core._models import fake_input_graph
 
 aten = torch.ops.aten
 
@@ -32,11 +32,7 @@ def _keep(m: Match, b: object) -> fx.Node:
 
 def _graph() -> tuple[fx.Graph, dict[str, fx.Node]]:
     """x -> permute -> softmax(dim=-1) -> to(fp32) -> mul(0.5) -> relu."""
-    with FakeTensorMode():
-        val = torch.empty(2, 8, 4)
-    g = fx.Graph()
-    x = g.placeholder("x")
-    x.meta["val"] = val
+    g, x, val = fake_input_graph(2, 8, 4)
     perm = g.call_function(aten.permute.default, (x, [0, 2, 1]))
     sm = g.call_function(aten._softmax.default, (perm, -1, False))
     cast = g.call_function(aten._to_copy.default, (sm,), {"dtype": torch.float32})
@@ -144,11 +140,7 @@ def test_check_runs_after_the_search_once_per_solution() -> None:
 
 
 def test_fake_cache_tells_int_float_and_bool_scalars_apart() -> None:
-    with FakeTensorMode():
-        ints = torch.empty(3, dtype=torch.int64)
-    g = fx.Graph()
-    x = g.placeholder("x")
-    x.meta["val"] = ints
+    _, x, _ = fake_input_graph(3, dtype=torch.int64)
     fake = FakePropagator()
     assert fake(aten.mul.Tensor, (x, 2), {}).dtype == torch.int64
     assert fake(aten.mul.Tensor, (x, 2.0), {}).dtype == torch.float32
