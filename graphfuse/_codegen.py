@@ -44,6 +44,7 @@ from torch import fx
 
 from . import dsl as P
 from ._matcher import _first_set, _ids_may, _literal_equal, _type_ok
+from .dsl import _target_repr
 
 _ONCE = (None,)
 # fx.Node.args is a Python property returning ``_args``: read the slot where it is only that
@@ -198,7 +199,7 @@ def leaf_entry(pat: P.Pattern) -> Any:
     src.depth -= 1
     src.emit("st.undo(mark)")
     src.emit("return False")
-    return _define(src, "leaf", f"<graphfuse leaf {pat!r:.60}>")
+    return _define(src, "leaf", f"<graphfuse leaf {label(pat)}>")
 
 
 def _variant(src: _Source, simple: list, rest: list) -> None:
@@ -414,7 +415,29 @@ def generate(call: Any, plan: Any, pairs: list, swapped: list | None) -> Any:
             _variant(src, simple, rest)
         src.emit("st.undo(mark)")
         src.emit("return False")
-    return _define(src, "fast", f"<graphfuse fast {call.pat!r:.60}>")
+    return _define(src, "fast", f"<graphfuse fast {label(call.pat)}>")
+
+
+def label(pat: Any, depth: int = 2) -> str:
+    """A short description of ``pat`` for generated code's file name: its outer levels
+    only. ``repr`` of a whole pattern is not used here: it spells out every branch of
+    every nested alternative, which for the bundled rules is megabytes of text (about
+    1.5 s the first time a program is rewritten, when it was built per function)."""
+    if depth < 0:
+        return "…"
+    if isinstance(pat, P.Call):
+        head = _target_repr(pat.targets[0]) + ("|…" if len(pat.targets) > 1 else "")
+        return f"P.op({', '.join([head, *(label(a, depth - 1) for a in pat.args)])})"
+    if isinstance(pat, P.Alt):
+        return f"P.alt({pat.name!r}, {len(pat.branches)} branches)"
+    if isinstance(pat, P.Maybe):
+        return f"P.maybe({label(pat.inner, depth)})"
+    if isinstance(pat, P.Typed):
+        return f"P.typed({label(pat.inner, depth)})"
+    if isinstance(pat, P.ListOf):
+        return "[" + ", ".join(label(i, depth - 1) for i in pat.items) + "]"
+    text = repr(pat)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _define(src: _Source, name: str, filename: str) -> Any:
