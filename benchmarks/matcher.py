@@ -236,7 +236,7 @@ def local_rule(ir: str) -> Rule:
             m["s"],
         )
 
-    return Rule(f"local_attention_fp8_{ir}", pat, rewrite, priority=30)
+    return Rule(f"local_attention_fp8_{ir}", pat, rewrite, priority=30, local=True)
 
 
 # --------------------------------------------------------------------------- llama

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ._patterns import load_patterns
+from ._plan import run_planned
 from ._program import copy_program, finish_program, graph_module_of
 from ._report import Report
 from ._rules import RuleSet
@@ -79,11 +80,16 @@ def _apply(program: P, rule_set: RuleSet, dry_run: bool, progress: Progress | No
         report = run_rules(gm.graph, rule_set, dry_run=True, progress=progress)
         timed(report, "rewrite", start)
         return Result(program, report)
-    original, gm = copy_program(program)
-    now = time.perf_counter()
-    report = run_rules(gm.graph, rule_set, progress=progress)
-    report.timings["copy"] = now - start
-    now = timed(report, "rewrite", now)
+    planned = run_planned(program, rule_set, progress=progress)
+    if planned is not None:
+        original, gm, report = planned
+        now = time.perf_counter()
+    else:
+        original, gm = copy_program(program)
+        now = time.perf_counter()
+        report = run_rules(gm.graph, rule_set, progress=progress)
+        report.timings["copy"] = now - start
+        now = timed(report, "rewrite", now)
     out = finish_program(original, gm)
     timed(report, "recompile", now)
     return Result(out, report)

@@ -41,13 +41,19 @@ def escape_of(nodes: list[fx.Node], roots: tuple[fx.Node, ...], node_set: set) -
 
 
 def match_rule(
-    rule: Rule, node: fx.Node, tracer: _Tracer | None = None, norm: dict | None = None
+    rule: Rule,
+    node: fx.Node,
+    tracer: _Tracer | None = None,
+    norm: dict | None = None,
+    rejected: list[Match] | None = None,
 ) -> Match | Failure | None:
     """Match ``rule`` with its first root at ``node``.
 
     ``norm`` (optional) caches ``normalize(node)`` per node, each entry valid while the
     node's ``args`` and ``kwargs`` are the same objects (fx replaces them on every edit),
-    so one dict serves a whole run while rewrites change the graph.
+    so one dict serves a whole run while rewrites change the graph. ``rejected``
+    (optional) collects the structural solutions that the escape check or ``rule.check``
+    turned down.
 
     Returns a :class:`Match` whose escape check and ``rule.check`` passed, else the first
     escape / check failure as a :class:`Failure`, else None (structure did not match; the
@@ -64,7 +70,9 @@ def match_rule(
     # remaining solutions are checked in place.
     first_failure: Failure | None = None
     for skip in range(_MAX_RESEARCH + 1):
-        m, failure = _search(rule, node, tracer, norm, skip, inline=skip == _MAX_RESEARCH)
+        m, failure = _search(
+            rule, node, tracer, norm, skip, inline=skip == _MAX_RESEARCH, rejected=rejected
+        )
         if failure is not None and first_failure is None:
             first_failure = failure
         if m is None:
@@ -74,6 +82,8 @@ def match_rule(
         failure = escape_of(m.nodes, m.roots, m.node_set) or m.run_check()
         if failure is None:
             return m
+        if rejected is not None:
+            rejected.append(m)
         if first_failure is None:
             first_failure = failure
     return first_failure
@@ -83,11 +93,17 @@ _MAX_RESEARCH = 3  # searches again past a failing solution at most this many ti
 
 
 def _search(
-    rule: Rule, node: fx.Node, tracer: _Tracer | None, norm: dict | None, skip: int, inline: bool
+    rule: Rule,
+    node: fx.Node,
+    tracer: _Tracer | None,
+    norm: dict | None,
+    skip: int,
+    inline: bool,
+    rejected: list[Match] | None = None,
 ) -> tuple[Match | None, Failure | None]:
     """The structural solution after the first ``skip`` ones, not yet checked; with
-    ``inline``, the first one after them that passes the checks (checked in place), and
-    the first failure met on the way."""
+    ``inline``, the first one after them that passes the checks (checked in place; those
+    that fail go to ``rejected``), and the first failure met on the way."""
     st = _State(tracer, norm)
     found: list[Match] = []
     failures: list[Failure] = []
@@ -103,6 +119,8 @@ def _search(
             if failure is not None:
                 if not failures:
                     failures.append(failure)
+                if rejected is not None:
+                    rejected.append(m)
                 return False
         found.append(m)
         return True

@@ -14,9 +14,17 @@ from ._errors import GraphfuseError
 from ._fxedit import _SETATTR, FAST, _bucket, _buckets, _map_arg, create_name
 
 Program = ExportedProgram | fx.GraphModule
+_NOTHING: frozenset = frozenset()
 
 
-def copy_graph_module(gm: fx.GraphModule, *, recompile: bool = True) -> fx.GraphModule:
+def copy_graph_module(
+    gm: fx.GraphModule,
+    *,
+    recompile: bool = True,
+    skip: set[fx.Node] | None = None,
+    bare: set[fx.Node] | None = None,
+    val_map: dict[fx.Node, fx.Node] | None = None,
+) -> fx.GraphModule:
     """A new GraphModule with a copied graph (node meta copied shallowly: fake values are
     shared, never mutated) that shares the original's parameters and submodules.
 
@@ -24,10 +32,14 @@ def copy_graph_module(gm: fx.GraphModule, *, recompile: bool = True) -> fx.Graph
         recompile: generate the copy's Python code now. ``False`` skips it (a full code
             generation, as costly as the final one) for a copy that is rewritten and then
             recompiled by :func:`finish_program`; until then only its graph may be used.
+        skip: nodes not to copy (no copied node may use one; their names stay taken, as
+            if they had been copied and erased).
+        bare: nodes copied without their arguments (stand-ins for nodes to be replaced).
+        val_map: filled with original node -> copy.
     """
     graph = fx.Graph(owning_module=None, tracer_cls=gm.graph._tracer_cls)
-    val_map: dict[fx.Node, fx.Node] = {}
-    out = _graph_copy(graph, gm.graph, val_map)
+    val_map = {} if val_map is None else val_map
+    out = _graph_copy(graph, gm.graph, val_map, skip, bare)
     if out is not None:
         value, old_out = out
         graph.output(value).meta = copy.copy(old_out.meta)
@@ -53,16 +65,25 @@ def copy_graph_module(gm: fx.GraphModule, *, recompile: bool = True) -> fx.Graph
     return new
 
 
-def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node]) -> Any:
+def _graph_copy(
+    graph: fx.Graph,
+    src: fx.Graph,
+    val_map: dict[fx.Node, fx.Node],
+    skip: set | None = None,
+    bare: set | None = None,
+) -> Any:
     """``graph.graph_copy(src, val_map, return_output_node=True)``, about twice as fast.
 
     ``Graph.create_node`` scans every new node's arguments for raw SymInts (torch >= 2.13),
     which is half the cost of a copy; nodes copied from a valid graph cannot hold any, so
     this builds them as ``create_node`` does, without the scan. Falls back to fx's copy on
-    a torch whose Graph lacks the internals it uses.
+    a torch whose Graph lacks the internals it uses (not with ``skip`` / ``bare``).
     """
     if not FAST:
+        if skip or bare:
+            raise GraphfuseError("copying a graph without some of its nodes needs fx internals")
         return graph.graph_copy(src, val_map, return_output_node=True)
+    skip, bare = skip or _NOTHING, bare or _NOTHING
     namespace = graph._graph_namespace
     lookup = val_map.__getitem__
     buckets = _buckets(graph)  # side-table buckets fetched once per (op, target)
@@ -71,10 +92,15 @@ def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node])
         if op == "output":
             return _map_arg(node.args[0], lookup), node
         name = create_name(namespace, node.name)
-        new = fx.Node(
-            graph, name, op, target, _map_arg(node.args, lookup), _map_arg(node.kwargs, lookup),
-            node.type,
-        )  # fmt: skip
+        if node in skip:
+            continue
+        if node in bare:
+            new = fx.Node(graph, name, op, target, (), {}, node.type)
+        else:
+            new = fx.Node(
+                graph, name, op, target, _map_arg(node.args, lookup),
+                _map_arg(node.kwargs, lookup), node.type,
+            )  # fmt: skip
         # Node.__setattr__ re-files a node in the side table on every write: write first
         meta = node.meta
         _SETATTR(new, "meta", meta.copy() if type(meta) is dict else copy.copy(meta))
@@ -86,14 +112,23 @@ def _graph_copy(graph: fx.Graph, src: fx.Graph, val_map: dict[fx.Node, fx.Node])
     return None
 
 
-def copy_program(program: Program) -> tuple[Program, fx.GraphModule]:
+def copy_program(
+    program: Program,
+    *,
+    skip: set[fx.Node] | None = None,
+    bare: set[fx.Node] | None = None,
+    val_map: dict | None = None,
+) -> tuple[Program, fx.GraphModule]:
     """(a copy of ``program``, its graph module to rewrite in place). The graph module is
-    not recompiled: :func:`finish_program` does that once after rewriting."""
+    not recompiled: :func:`finish_program` does that once after rewriting. ``skip``,
+    ``bare`` and ``val_map``: as for :func:`copy_graph_module`."""
     if isinstance(program, ExportedProgram):
-        gm = copy_graph_module(program.graph_module, recompile=False)
+        gm = copy_graph_module(
+            program.graph_module, recompile=False, skip=skip, bare=bare, val_map=val_map
+        )
         return program, gm
     if isinstance(program, fx.GraphModule):
-        gm = copy_graph_module(program, recompile=False)
+        gm = copy_graph_module(program, recompile=False, skip=skip, bare=bare, val_map=val_map)
         return gm, gm
     raise GraphfuseError(
         f"graphfuse works on torch.export.ExportedProgram or torch.fx.GraphModule, "

@@ -22,7 +22,7 @@ from ._dims import same_size
 from ._errors import RewriteError
 from ._failure import Failure
 from ._fake import FakePropagator
-from ._fxedit import create_call, erase, inserting_before, replace_uses
+from ._fxedit import _map_arg, create_call, erase, inserting_before, replace_uses
 from ._match_rule import escape_of
 from ._matcher import is_metadata_assert
 
@@ -57,7 +57,14 @@ class Builder:
         """
         if isinstance(target, _PACKET):
             target = target.default
-        node = create_call(self.graph, target, args, kwargs)  # (a fresh tuple and dict)
+        graph = self.graph
+        foreign: list[fx.Node] = []
+        _map_arg((args, kwargs), lambda n: n if n.graph is graph else foreign.append(n))
+        if foreign:
+            raise RewriteError(
+                f"the replacement's argument {foreign[0].name} is a node of another graph"
+            )
+        node = create_call(graph, target, args, kwargs)  # (a fresh tuple and dict)
         self.created.append(node)
         src, meta = self._meta_from.meta, node.meta
         for key in _COPIED_META:
@@ -142,14 +149,28 @@ def alive(m: Match) -> bool:
 
 
 def apply_match(
-    m: Match, graph: fx.Graph, fake: FakePropagator, *, escape_checked: bool = False
+    m: Match,
+    graph: fx.Graph,
+    fake: FakePropagator,
+    *,
+    escape_checked: bool = False,
+    stand_in: fx.Node | None = None,
 ) -> Failure | list[fx.Node]:
     """Rewrite one match in place and return the nodes it created. Returns a Failure
     (graph unchanged) when the rewrite is no longer safe; raises :class:`RewriteError`
     (graph unchanged) when the rule's rewrite is broken.
 
     ``escape_checked``: the caller found ``m`` on this graph and edited nothing since
-    (``match_rule`` ran the escape check), so it is not run again."""
+    (``match_rule`` ran the escape check), so it is not run again.
+
+    ``stand_in``: ``m`` was found on another graph (single root, escape checked there);
+    its bound inputs are already nodes of ``graph``, where ``stand_in`` takes the root's
+    place and is all that is replaced and erased (``_plan``)."""
+    if stand_in is not None:
+        created, news = _replace(m, graph, fake, (stand_in,), stand_in)
+        if news[0] is not stand_in:
+            erase(graph, [stand_in])
+        return created
     roots = m.roots
     if not escape_checked:
         escape = escape_of(m.nodes, roots, m.node_set)
@@ -168,8 +189,22 @@ def apply_match(
             )
     else:
         anchor = roots[0]
+    created, news = _replace(m, graph, fake, roots, anchor)
+    _erase_matched(m, graph, news)
+    return created
+
+
+def _replace(
+    m: Match,
+    graph: fx.Graph,
+    fake: FakePropagator,
+    roots: tuple[fx.Node, ...],
+    anchor: fx.Node,
+) -> tuple[list[fx.Node], tuple[fx.Node, ...]]:
+    """Build the replacement before ``anchor``, validate it and point the users of
+    ``roots`` at it: (the nodes created, the new value of each root)."""
     rule = m.rule
-    builder = Builder(graph, roots[0], fake)
+    builder = Builder(graph, m.roots[0], fake)
     try:
         with inserting_before(graph, anchor):
             out = rule.rewrite(m, builder)
@@ -187,11 +222,16 @@ def apply_match(
     for root, new in zip(roots, news):
         if new is not root:
             replace_uses(graph, root, new)
-    _erase_matched(m, graph, news)
-    return builder.created
+    return builder.created, news
 
 
 def _validate(m: Match, builder: Builder, news: tuple[fx.Node, ...]) -> None:
+    for new in news:
+        if new.graph is not builder.graph:
+            raise RewriteError(
+                f"rule {m.rule.name} at {m.root.name}: the rewrite returned {new.name}, "
+                "a node of another graph"
+            )
     node_set = m.node_set  # removed: node_set less news
     for node in builder.created:
         for inp in node.all_input_nodes:

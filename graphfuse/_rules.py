@@ -73,6 +73,13 @@ class Rule:
             (``match.fail(...)``, a string, or False).
         priority: higher rules win overlaps; ties go to the earlier root in the graph.
         doc: one line for ``graphfuse patterns``.
+        local: declares that ``check`` and ``rewrite`` read only the match: its nodes, its
+            bindings and their metadata, never the graph around it (the users or producers
+            of a bound input). A rule set whose rules are all local is matched on the
+            unmodified input and its output built in one pass, which skips copying and
+            erasing what the matches replace (see docs/performance.md); the result is the
+            same as rewriting match by match, and where that cannot be shown the runner
+            falls back to it.
 
     Example::
 
@@ -86,6 +93,7 @@ class Rule:
     check: CheckFn | None = None
     priority: int = 0
     doc: str = ""
+    local: bool = False
     location: tuple[str, int] = field(default=("", 0), compare=False)
 
     def __post_init__(self) -> None:

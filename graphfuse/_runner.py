@@ -6,6 +6,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from torch import fx
@@ -20,6 +21,18 @@ from ._rewriter import apply_match
 from ._rules import RuleSet
 
 Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Resume:
+    """The state after a first sweep made elsewhere (``_plan``): the report so far, the
+    fake propagator, the rules that fired, the candidates to retry, the near misses."""
+
+    report: Report
+    fake: FakePropagator
+    fired: list[str]
+    retry: set[tuple]
+    misses: dict
 
 
 # CPython (3.11+) keeps Python frames in chunks of a per-thread stack and frees a chunk as
@@ -72,6 +85,7 @@ def run_rules(
     max_iterations: int = 32,
     lint: bool = True,
     progress: Progress | None = None,
+    resume: Resume | None = None,
 ) -> Report:
     """Rewrite ``graph`` in place with ``rules`` until nothing more fires.
 
@@ -90,17 +104,28 @@ def run_rules(
         max_iterations: bound on sweeps; a rule set still rewriting after it raises
             :class:`FixpointError`.
         progress: called as ``progress(done, total)`` while matching candidates.
+        resume: continue after a first sweep made elsewhere (the next sweep is the second).
     """
-    report = Report(rules.name, {r.name: 0 for r in rules}, dry_run=dry_run)
     order = {r: i for i, r in enumerate(rules)}
-    fake = FakePropagator()
-    misses: dict[tuple[str, str], tuple[NearMiss, fx.Node]] = {}
-    fired_last: list[str] = []
-    retry: set[tuple] | None = None  # None: visit every candidate
+    misses: dict[tuple[str, str], tuple[NearMiss, fx.Node]]
+    retry: set[tuple] | None  # None: visit every candidate
+    first = 1
+    if resume is None:
+        report = Report(rules.name, {r.name: 0 for r in rules}, dry_run=dry_run)
+        fake, misses, fired_last, retry = FakePropagator(), {}, [], None
+    else:
+        report, fake, misses = resume.report, resume.fake, resume.misses
+        fired_last, retry = resume.fired, resume.retry
+        report.iterations = first = 1 + bool(fired_last)  # no second sweep when none fired
+        if fired_last and lint:
+            graph.lint()
     # normalize() per node, checked against the node's args / kwargs objects on every use
     # (an edit replaces them), so it stays valid across rewrites
     norm: dict = {}
-    for iteration in range(1, max_iterations + 1):
+    done = resume is not None and not fired_last
+    for iteration in range(first, max_iterations + 1):
+        if done:
+            break
         report.iterations = iteration
         cands = list(dict.fromkeys(rules.candidates(graph))) if retry is None else list(retry)
         cands.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, order[rn[0]]))

@@ -317,7 +317,12 @@ _ATTN_OUT = P.maybe(OUTPUT_CHAIN, attention(), name="layout")
 
 RULES_LIST = [
     Rule(
-        "attention_fp8_out", fp8_quant_of(_ATTN_OUT), _rewrite_fp8_out, _check_fp8_out, priority=20
+        "attention_fp8_out",
+        fp8_quant_of(_ATTN_OUT),
+        _rewrite_fp8_out,
+        _check_fp8_out,
+        priority=20,
+        local=True,
     ),
     Rule(
         "attention_nvfp4_out",
@@ -325,13 +330,22 @@ RULES_LIST = [
         _rewrite_nvfp4_out,
         _check_nvfp4_out,
         priority=20,
+        local=True,
     ),
-    Rule("attention_fp8_inputs", attention(), _rewrite_fp8_inputs, _check_fp8_inputs, priority=10),
+    Rule(
+        "attention_fp8_inputs",
+        attention(),
+        _rewrite_fp8_inputs,
+        _check_fp8_inputs,
+        priority=10,
+        local=True,
+    ),
     Rule(
         "fp8_static_quant",
         eager_fp8_quant_of(P.tensor("x")),
         _rewrite_quant,
         _check_quant,
         priority=0,
+        local=True,
     ),
 ]

@@ -1,0 +1,226 @@
+"""The planned first sweep: a rule set of local rules matched on the unmodified input, its
+output built in one pass.
+
+The plain runner copies the whole program, then rewrites the copy match by match: every
+node a match replaces is copied only to be erased again (in Inductor's IR, 25 of a fused
+attention's 28 nodes). When every rule of the set is ``local`` (its check and rewrite read
+only the match, see :class:`~graphfuse.Rule`), the first sweep is instead matched
+read-only on the input, and the copy leaves out what the matches remove: each match's
+root is copied (the users of its value point at it) and replaced by the rewrite, its other
+nodes never exist in the output. Later sweeps (the candidates an earlier rewrite may have
+unblocked) run as usual on the result.
+
+The result is the one the plain runner gives, node for node and name for name. Between
+the input ``G`` and the plain runner's graph after ``k`` rewrites ``G_k``, the nodes that
+are not removed differ only where an earlier match's root was replaced (its users now
+read the new node) and in the users of earlier matches' inputs. The first sweep therefore
+decides the same on ``G`` as on ``G_k`` when
+
+1. no match binds, chains or contains a node an earlier match removes, and no solution
+   that the checks turned down did (it could have passed on ``G_k``);
+2. no escape failure names a user that an earlier match removes;
+3. no rewrite creates a node some pattern of the set could match (on ``G_k`` a pattern
+   could see it; otherwise a pattern meets an earlier replacement only through a capture
+   or a wildcard, and then rule 1 applies);
+4. each rewrite returns new nodes or bound inputs, never a matched node (which would stay);
+
+and the copy names every left-out node as the plain copy does, so new names come out the
+same. When any of these fails, nothing is kept and the plain runner starts over
+(``STATS`` counts both outcomes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from torch import fx
+
+from ._errors import RewriteError
+from ._fake import FakePropagator
+from ._fxedit import FAST, _hooked
+from ._match import Match
+from ._match_rule import match_rule
+from ._matcher import is_metadata_assert
+from ._program import Program, copy_program, graph_module_of
+from ._report import Report, near_miss
+from ._rewriter import apply_match
+from ._rules import RuleSet
+from ._runner import Progress, Resume, run_rules
+
+ENABLED = True  # False: always the plain runner (tests compare the two)
+STATS: Counter[str] = Counter()  # "planned", "fallback" and "fallback: <reason>"
+
+
+class _Fallback(Exception):
+    """The planned sweep cannot show that it decides as the plain runner would."""
+
+
+class _Gone:
+    """Stands for a node the first sweep removed (near misses at it are dropped)."""
+
+    _erased = True
+
+
+_GONE = _Gone()
+
+
+def plannable(rules: RuleSet, graph: fx.Graph) -> bool:
+    """True when ``rules`` may run as a planned first sweep on ``graph``."""
+    return (
+        ENABLED
+        and FAST
+        and len(rules) > 0
+        and all(r.local and len(r.patterns) == 1 for r in rules)
+        and not any(_hooked(graph, h) for h in _HOOKS)
+    )
+
+
+_HOOKS = ("_create_node_hooks", "_erase_node_hooks", "_replace_hooks")
+
+
+def run_planned(
+    program: Program, rules: RuleSet, *, progress: Progress | None = None
+) -> tuple[Program, fx.GraphModule, Report] | None:
+    """(a copy of ``program`` as :func:`copy_program` gives it, rewritten to the fixpoint,
+    the report), or None when the plain runner must do it (nothing was changed)."""
+    start = time.perf_counter()
+    graph = graph_module_of(program).graph
+    if not plannable(rules, graph):
+        return None
+    try:
+        sweep = _Sweep(rules, progress)
+        sweep.run(graph)
+        copy_start = time.perf_counter()
+        val_map: dict[fx.Node, fx.Node] = {}
+        try:
+            roots = {m.root for m in sweep.matches}
+            skip = sweep.removed - roots
+            original, gm = copy_program(program, skip=skip, bare=roots, val_map=val_map)
+        except KeyError:  # a copied node uses a left-out one: an escape the checks missed
+            raise _Fallback("a removed node is still used") from None
+        copy_time = time.perf_counter() - copy_start
+        fake = FakePropagator()
+        for m in sweep.matches:
+            _apply(m, gm.graph, val_map, fake, rules)
+    except _Fallback as why:
+        STATS["fallback"] += 1
+        STATS[f"fallback: {why}"] += 1
+        return None
+    STATS["planned"] += 1
+    resume = Resume(
+        report=sweep.report,
+        fake=fake,
+        fired=sweep.fired,
+        retry={(r, val_map[n]) for r, n in sweep.retry if n in val_map},
+        misses={k: (nm, val_map.get(n, _GONE)) for k, (nm, n) in sweep.misses.items()},
+    )
+    report = run_rules(gm.graph, rules, progress=progress, resume=resume)
+    report.timings["copy"] = copy_time
+    report.timings["rewrite"] = time.perf_counter() - start - copy_time
+    return original, gm, report
+
+
+class _Sweep:
+    """The first sweep, matched on the unmodified graph: the runner's loop, with the
+    conditions of the module docstring checked on the way."""
+
+    def __init__(self, rules: RuleSet, progress: Progress | None) -> None:
+        self.rules = rules
+        self.progress = progress
+        self.report = Report(rules.name, {r.name: 0 for r in rules})
+        self.matches: list[Match] = []
+        self.removed: set[fx.Node] = set()
+        self.fired: list[str] = []
+        self.retry: set[tuple] = set()
+        self.misses: dict[tuple[str, str], tuple[Any, fx.Node]] = {}
+
+    def run(self, graph: fx.Graph) -> None:
+        rules, progress, removed = self.rules, self.progress, self.removed
+        order = {r: i for i, r in enumerate(rules)}
+        cands = list(dict.fromkeys(rules.candidates(graph)))
+        cands.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, order[rn[0]]))
+        norm: dict = {}
+        rejected: list[Match] = []
+        for i, (rule, node) in enumerate(cands):
+            if progress is not None and i % 256 == 0:
+                progress(i, len(cands))
+            if node in removed:
+                continue
+            res = match_rule(rule, node, None, norm, rejected)
+            if rejected:
+                for m in rejected:
+                    if self._touches_removed(m) or self._escapes_to_removed(m):
+                        raise _Fallback("a turned-down solution met an earlier match")
+                rejected.clear()
+            if isinstance(res, Match):
+                if self._touches_removed(res):
+                    raise _Fallback("a match meets an earlier one")
+                self._remove(res)
+                self.matches.append(res)
+                self.report.counts[rule.name] += 1
+                self.fired.append(rule.name)
+                continue
+            if res is not None:
+                if res.kind == "escape":
+                    if res.info[1] in removed:
+                        raise _Fallback("an escape through an earlier match")
+                    self.retry.add((rule, node))
+                miss = near_miss(rule.name, res, node)
+                self.misses.setdefault((rule.name, node.name), (miss, node))
+        if progress is not None:
+            progress(len(cands), len(cands))
+
+    def _touches_removed(self, m: Match) -> bool:
+        removed = self.removed
+        if not removed:
+            return False
+        if not removed.isdisjoint(m.nodes):
+            return True
+        for v in m.binds.values():
+            if type(v) is fx.Node and v in removed:
+                return True
+        return any(not removed.isdisjoint(c) for c in m.chains.values())
+
+    def _escapes_to_removed(self, m: Match) -> bool:
+        removed = self.removed
+        return any(u in removed for n in m.nodes if n is not m.root for u in n.users)
+
+    def _remove(self, m: Match) -> None:
+        """What the plain runner erases for ``m`` (a rewrite returning new nodes or inputs):
+        its nodes and the metadata asserts on them, but not those on the root (they move
+        to the replacement with the root's other users)."""
+        removed, node_set, root = self.removed, m.node_set, m.root
+        removed.update(node_set)
+        for n in m.nodes:
+            if n is root:
+                continue
+            for u in n.users:
+                if u not in node_set and is_metadata_assert(u):
+                    removed.add(u)
+
+
+def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, rules: RuleSet) -> None:
+    """Rewrite ``m`` (found on the input) in the copy ``graph``, where the root's bare copy
+    stands in for the match. The rewrite reads the match as found: its bound inputs are
+    their copies; its own nodes are the input's (the same metadata and structure; using
+    one in the replacement fails)."""
+    node_set = m.node_set
+    binds = {
+        k: val_map[v] if type(v) is fx.Node and v not in node_set else v for k, v in m.binds.items()
+    }
+    mm = Match.__new__(Match)
+    mm.rule, mm.roots, mm.binds = m.rule, m.roots, binds
+    mm.tags, mm.dims, mm.chains, mm.memo = m.tags, m.dims, m.chains, m.memo
+    mm.nodes, mm.node_set = m.nodes, node_set
+    stand_in = val_map[m.root]
+    try:
+        created = apply_match(mm, graph, fake, stand_in=stand_in)
+    except RewriteError as exc:  # the plain runner raises it again if it is real
+        raise _Fallback("the rewrite failed here") from exc
+    if not stand_in._erased:
+        raise _Fallback("a rewrite kept a matched node")
+    for n in created:
+        if rules.mentions(n.target):
+            raise _Fallback("a rewrite creates what a pattern matches")
