@@ -39,13 +39,13 @@ from torch import fx
 
 from ._errors import RewriteError
 from ._fake import FakePropagator
-from ._fxedit import FAST, _hooked
+from ._fxedit import FAST, _hooked, _map_arg, erase
 from ._match import Match
 from ._match_rule import match_rule
 from ._matcher import is_metadata_assert
 from ._program import Program, copy_program, graph_module_of
 from ._report import Report, near_miss
-from ._rewriter import apply_match
+from ._rewriter import replace_match
 from ._rules import RuleSet
 from ._runner import Progress, Resume, run_rules
 
@@ -77,6 +77,7 @@ def plannable(rules: RuleSet, graph: fx.Graph) -> bool:
     )
 
 
+_SEQ = (list, tuple)
 _HOOKS = ("_create_node_hooks", "_erase_node_hooks", "_replace_hooks")
 
 
@@ -104,6 +105,10 @@ def run_planned(
         fake = FakePropagator()
         for m in sweep.matches:
             _apply(m, gm.graph, val_map, fake, rules)
+    except KeyError:  # an input of a match is not in the copy
+        STATS["fallback"] += 1
+        STATS["fallback: an input was left out"] += 1
+        return None
     except _Fallback as why:
         STATS["fallback"] += 1
         STATS[f"fallback: {why}"] += 1
@@ -207,20 +212,26 @@ def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, rules
     their copies; its own nodes are the input's (the same metadata and structure; using
     one in the replacement fails)."""
     node_set = m.node_set
-    binds = {
-        k: val_map[v] if type(v) is fx.Node and v not in node_set else v for k, v in m.binds.items()
-    }
+
+    def copied(n: fx.Node) -> fx.Node:
+        return n if n in node_set else val_map[n]
+
     mm = Match.__new__(Match)
-    mm.rule, mm.roots, mm.binds = m.rule, m.roots, binds
+    mm.rule, mm.roots = m.rule, m.roots
+    mm.binds = {
+        k: copied(v) if type(v) is fx.Node else _map_arg(v, copied) if type(v) in _SEQ else v
+        for k, v in m.binds.items()
+    }
     mm.tags, mm.dims, mm.chains, mm.memo = m.tags, m.dims, m.chains, m.memo
     mm.nodes, mm.node_set = m.nodes, node_set
     stand_in = val_map[m.root]
     try:
-        created = apply_match(mm, graph, fake, stand_in=stand_in)
+        created, (new,) = replace_match(mm, graph, fake, (stand_in,), stand_in)
     except RewriteError as exc:  # the plain runner raises it again if it is real
         raise _Fallback("the rewrite failed here") from exc
-    if not stand_in._erased:
-        raise _Fallback("a rewrite kept a matched node")
+    if not any(new is n for n in reversed(created)):  # (the matched root, an input)
+        raise _Fallback("a rewrite returned a node it did not create")
+    erase(graph, [stand_in])
     for n in created:
         if rules.mentions(n.target):
             raise _Fallback("a rewrite creates what a pattern matches")

@@ -154,23 +154,13 @@ def apply_match(
     fake: FakePropagator,
     *,
     escape_checked: bool = False,
-    stand_in: fx.Node | None = None,
 ) -> Failure | list[fx.Node]:
     """Rewrite one match in place and return the nodes it created. Returns a Failure
     (graph unchanged) when the rewrite is no longer safe; raises :class:`RewriteError`
     (graph unchanged) when the rule's rewrite is broken.
 
     ``escape_checked``: the caller found ``m`` on this graph and edited nothing since
-    (``match_rule`` ran the escape check), so it is not run again.
-
-    ``stand_in``: ``m`` was found on another graph (single root, escape checked there);
-    its bound inputs are already nodes of ``graph``, where ``stand_in`` takes the root's
-    place and is all that is replaced and erased (``_plan``)."""
-    if stand_in is not None:
-        created, news = _replace(m, graph, fake, (stand_in,), stand_in)
-        if news[0] is not stand_in:
-            erase(graph, [stand_in])
-        return created
+    (``match_rule`` ran the escape check), so it is not run again."""
     roots = m.roots
     if not escape_checked:
         escape = escape_of(m.nodes, roots, m.node_set)
@@ -189,20 +179,21 @@ def apply_match(
             )
     else:
         anchor = roots[0]
-    created, news = _replace(m, graph, fake, roots, anchor)
+    created, news = replace_match(m, graph, fake, roots, anchor)
     _erase_matched(m, graph, news)
     return created
 
 
-def _replace(
+def replace_match(
     m: Match,
     graph: fx.Graph,
     fake: FakePropagator,
     roots: tuple[fx.Node, ...],
     anchor: fx.Node,
 ) -> tuple[list[fx.Node], tuple[fx.Node, ...]]:
-    """Build the replacement before ``anchor``, validate it and point the users of
-    ``roots`` at it: (the nodes created, the new value of each root)."""
+    """Build the replacement of ``m`` before ``anchor``, validate it and point the users
+    of ``roots`` (``m``'s roots, or the nodes of ``graph`` standing for them) at it:
+    (the nodes created, the new value of each root). Erasing is the caller's."""
     rule = m.rule
     builder = Builder(graph, m.roots[0], fake)
     try:
