@@ -127,6 +127,12 @@ def run_planned(
     return original, gm, report
 
 
+def _nodes_in(value: Any) -> list[fx.Node]:
+    found: list[fx.Node] = []
+    _map_arg(value, found.append)
+    return found
+
+
 class _Sweep:
     """The first sweep, matched on the unmodified graph: the runner's loop, with the
     conditions of the module docstring checked on the way."""
@@ -184,7 +190,11 @@ class _Sweep:
         if not removed.isdisjoint(m.nodes):
             return True
         for v in m.binds.values():
-            if type(v) is fx.Node and v in removed:
+            t = type(v)
+            if t is fx.Node:
+                if v in removed:
+                    return True
+            elif t in _SEQ and not removed.isdisjoint(_nodes_in(v)):
                 return True
         return any(not removed.isdisjoint(c) for c in m.chains.values())
 
