@@ -5,6 +5,7 @@ match's earliest root and its latest input."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 import torch
@@ -187,3 +188,41 @@ def test_shared_nodes_of_a_traced_pattern_are_walked_once() -> None:
     # 6 call nodes and one capture: walking every path would visit the cos/sin/tanh
     # chain 4 times (over 20 visits); each node once (plus its second-use hit) is 10.
     assert visits <= 12, visits
+
+
+def test_planned_apply_copies_only_what_survives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With local rules, the first sweep is matched on the input and the output built in
+    one pass: the nodes a match removes are never created, each match costs one stand-in
+    (the root's bare copy, erased when replaced), and the matcher's work stays linear."""
+    from graphfuse import _plan
+
+    (rule,) = _local_rules()
+    rules = RuleSet("local", [dataclasses.replace(rule, local=True)])
+    made = collections.Counter()
+    init = fx.Node.__init__
+
+    def counted(self: fx.Node, *args: object, **kwargs: object) -> None:
+        made["nodes"] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(fx.Node, "__init__", counted)
+    visits, extra = {}, {}
+    for n in (10, 40):
+        gm = chain(n)
+        made.clear()
+        planned, visits0 = _plan.STATS["planned"], matcher.VISITS[0]
+        res = graphfuse.apply(gm, rules)
+        visits[n] = matcher.VISITS[0] - visits0
+        assert _plan.STATS["planned"] == planned + 1
+        out = res.program.graph
+        assert (
+            len(
+                out.find_nodes(op="call_function", target=torch.ops.graphfuse.attention_fp8.default)
+            )
+            == n
+        )
+        # every node made is in the output, but for one stand-in per match and whatever
+        # fx's GraphModule makes for itself (copying the whole input would make 9 a block)
+        extra[n] = made["nodes"] - len(out.nodes) - n
+    assert extra[10] == extra[40] <= 2, extra
+    assert visits[40] <= 4.2 * visits[10], visits
