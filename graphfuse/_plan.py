@@ -90,25 +90,22 @@ def run_planned(
     graph = graph_module_of(program).graph
     if not plannable(rules, graph):
         return None
+    sweep = _Sweep(rules, progress)
     try:
-        sweep = _Sweep(rules, progress)
         sweep.run(graph)
         copy_start = time.perf_counter()
         val_map: dict[fx.Node, fx.Node] = {}
+        roots = {m.root for m in sweep.matches}
         try:
-            roots = {m.root for m in sweep.matches}
-            skip = sweep.removed - roots
-            original, gm = copy_program(program, skip=skip, bare=roots, val_map=val_map)
-        except KeyError:  # a copied node uses a left-out one: an escape the checks missed
+            original, gm = copy_program(
+                program, skip=sweep.removed - roots, bare=roots, val_map=val_map
+            )
+            copy_time = time.perf_counter() - copy_start
+            fake = FakePropagator()
+            for m in sweep.matches:
+                _apply(m, gm.graph, val_map, fake, rules)
+        except KeyError:  # a left-out node is used after all: an escape the checks missed
             raise _Fallback("a removed node is still used") from None
-        copy_time = time.perf_counter() - copy_start
-        fake = FakePropagator()
-        for m in sweep.matches:
-            _apply(m, gm.graph, val_map, fake, rules)
-    except KeyError:  # an input of a match is not in the copy
-        STATS["fallback"] += 1
-        STATS["fallback: an input was left out"] += 1
-        return None
     except _Fallback as why:
         STATS["fallback"] += 1
         STATS[f"fallback: {why}"] += 1
