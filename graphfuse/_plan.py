@@ -47,7 +47,7 @@ from ._program import Program, copy_program, graph_module_of
 from ._report import Report, near_miss
 from ._rewriter import replace_match
 from ._rules import RuleSet
-from ._runner import Progress, Resume, run_rules
+from ._runner import Progress, Resume, _reserved_frame, run_rules
 
 ENABLED = True  # False: always the plain runner (tests compare the two)
 STATS: Counter[str] = Counter()  # "planned", "fallback" and "fallback: <reason>"
@@ -92,7 +92,7 @@ def run_planned(
         return None
     sweep = _Sweep(rules, progress)
     try:
-        sweep.run(graph)
+        _reserved_frame(sweep.run, graph)  # (see _runner: the matcher's frames)
         copy_start = time.perf_counter()
         val_map: dict[fx.Node, fx.Node] = {}
         roots = {m.root for m in sweep.matches}
@@ -146,9 +146,7 @@ class _Sweep:
 
     def run(self, graph: fx.Graph) -> None:
         rules, progress, removed = self.rules, self.progress, self.removed
-        order = {r: i for i, r in enumerate(rules)}
-        cands = list(dict.fromkeys(rules.candidates(graph)))
-        cands.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, order[rn[0]]))
+        cands = rules.sweep_order(graph)
         norm: dict = {}
         rejected: list[Match] = []
         for i, (rule, node) in enumerate(cands):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ def _collect_targets(pat: Any, out: set[Any], seen: set[int] | None = None) -> N
         children = list(pat.items)
     for child in children:
         _collect_targets(child, out, seen)
+
+
+_KEY = operator.itemgetter(0, 1, 2)
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,16 +183,35 @@ class RuleSet:
     def __repr__(self) -> str:
         return f"RuleSet({self.name!r}, {len(self.rules)} rules)"
 
-    def candidates(self, graph: torch.fx.Graph) -> list[tuple[Rule, torch.fx.Node]]:
-        """(rule, node) pairs to try, found through the graph's op index (no full scan)."""
+    def sweep_order(self, graph: torch.fx.Graph) -> list[tuple[Rule, torch.fx.Node]]:
+        """The candidates, each once, in the order a sweep visits them: higher rule
+        priority first, then position in the graph, then the rule's place in the set."""
+        rank = {r: (-r.priority, i) for i, r in enumerate(self.rules)}
+        keyed = []
+        for nodes, rules in self._tables(graph):
+            for r in rules:
+                p, i = rank[r]
+                keyed += [(p, n._sort_key, i, r, n) for n in nodes]
+        keyed.sort(key=_KEY)  # (the rule and node are never compared: keys are unique)
         out: list[tuple[Rule, torch.fx.Node]] = []
+        last = None
+        for *_, r, n in keyed:
+            if n is not last or out[-1][0] is not r:  # a rule met through two targets
+                out.append((r, n))
+            last = n
+        return out
+
+    def _tables(self, graph: torch.fx.Graph) -> Iterator[tuple[list, list[Rule]]]:
+        """(nodes, rules) for each target the set is indexed by."""
         for target, rules in self._exact.items():
-            nodes = graph.find_nodes(op="call_function", target=target, sort=False)
-            out.extend((r, n) for n in nodes for r in rules)
+            yield graph.find_nodes(op="call_function", target=target, sort=False), rules
         for packet, rules in self._packets.items():
             for ovl in packet.overloads():
                 nodes = graph.find_nodes(
                     op="call_function", target=getattr(packet, ovl), sort=False
                 )
-                out.extend((r, n) for n in nodes for r in rules)
-        return out
+                yield nodes, rules
+
+    def candidates(self, graph: torch.fx.Graph) -> list[tuple[Rule, torch.fx.Node]]:
+        """(rule, node) pairs to try, found through the graph's op index (no full scan)."""
+        return [(r, n) for nodes, rules in self._tables(graph) for n in nodes for r in rules]

@@ -127,8 +127,10 @@ def run_rules(
         if done:
             break
         report.iterations = iteration
-        cands = list(dict.fromkeys(rules.candidates(graph))) if retry is None else list(retry)
-        cands.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, order[rn[0]]))
+        if retry is None:
+            cands = rules.sweep_order(graph)
+        else:
+            cands = sorted(retry, key=lambda rn: (-rn[0].priority, rn[1]._sort_key, order[rn[0]]))
         fired_last, retry, full_sweep = [], set(), False
         consumed: set[fx.Node] = set()
         for i, (rule, node) in enumerate(cands):
