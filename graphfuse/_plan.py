@@ -42,7 +42,7 @@ from ._fake import FakePropagator
 from ._fxedit import FAST, _hooked, _map_arg, erase
 from ._match import Match
 from ._match_rule import match_rule
-from ._matcher import is_metadata_assert
+from ._matcher import _ASSERT_TARGETS, is_metadata_assert
 from ._program import Program, copy_program, graph_module_of
 from ._report import Report, near_miss
 from ._rewriter import replace_match
@@ -58,9 +58,12 @@ class _Fallback(Exception):
 
 
 class _Gone:
-    """Stands for a node the first sweep removed (near misses at it are dropped)."""
+    """Stands for a node the first sweep removed: the plain runner would hold the erased
+    copy (near misses at it are dropped; a retry of it is counted, then skipped)."""
 
+    __slots__ = ()
     _erased = True
+    _sort_key = ()
 
 
 _GONE = _Gone()
@@ -115,7 +118,7 @@ def run_planned(
         report=sweep.report,
         fake=fake,
         fired=sweep.fired,
-        retry={(r, val_map[n]) for r, n in sweep.retry if n in val_map},
+        retry={(r, val_map.get(n) or _Gone()) for r, n in sweep.retry},
         misses={k: (nm, val_map.get(n, _GONE)) for k, (nm, n) in sweep.misses.items()},
     )
     report = run_rules(gm.graph, rules, progress=progress, resume=resume)
@@ -143,10 +146,15 @@ class _Sweep:
         self.fired: list[str] = []
         self.retry: set[tuple] = set()
         self.misses: dict[tuple[str, str], tuple[Any, fx.Node]] = {}
+        self.asserts = True
 
     def run(self, graph: fx.Graph) -> None:
         rules, progress, removed = self.rules, self.progress, self.removed
         cands = rules.sweep_order(graph)
+        # (interior nodes have no users outside the match but metadata asserts, if any)
+        self.asserts = any(
+            graph.find_nodes(op="call_function", target=t, sort=False) for t in _ASSERT_TARGETS
+        )
         norm: dict = {}
         rejected: list[Match] = []
         for i, (rule, node) in enumerate(cands):
@@ -189,7 +197,7 @@ class _Sweep:
             if t is fx.Node:
                 if v in removed:
                     return True
-            elif t in _SEQ and not removed.isdisjoint(_nodes_in(v)):
+            elif issubclass(t, _SEQ) and not removed.isdisjoint(_nodes_in(v)):
                 return True
         return any(not removed.isdisjoint(c) for c in m.chains.values())
 
@@ -203,6 +211,8 @@ class _Sweep:
         to the replacement with the root's other users)."""
         removed, node_set, root = self.removed, m.node_set, m.root
         removed.update(node_set)
+        if not self.asserts:
+            return
         for n in m.nodes:
             if n is root:
                 continue
@@ -221,12 +231,15 @@ def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, rules
     def copied(n: fx.Node) -> fx.Node:
         return n if n in node_set else val_map[n]
 
+    binds = {}
+    for k, v in m.binds.items():
+        t = type(v)
+        if t is fx.Node:
+            binds[k] = v if v in node_set else val_map[v]
+        else:
+            binds[k] = _map_arg(v, copied) if issubclass(t, _SEQ) else v
     mm = Match.__new__(Match)
-    mm.rule, mm.roots = m.rule, m.roots
-    mm.binds = {
-        k: copied(v) if type(v) is fx.Node else _map_arg(v, copied) if type(v) in _SEQ else v
-        for k, v in m.binds.items()
-    }
+    mm.rule, mm.roots, mm.binds = m.rule, m.roots, binds
     mm.tags, mm.dims, mm.chains, mm.memo = m.tags, m.dims, m.chains, m.memo
     mm.nodes, mm.node_set = m.nodes, node_set
     stand_in = val_map[m.root]
