@@ -425,6 +425,7 @@ def main() -> None:
                     for ph in ("copy", "rewrite", "recompile"):
                         kw[ph] = _median([r[ph] for r in rs])
                     kw["rewrite_us_per_match"] = kw["rewrite"] / max(kw["matches"], 1) * 1e6
+                    kw["planned"] = all(r["planned"] for r in rs)
                     kw["split"] = (
                         f"copy {kw['copy']:.3f} rewrite {kw['rewrite']:.3f} "
                         f"({kw['rewrite_us_per_match']:.0f} us/match) "
