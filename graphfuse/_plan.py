@@ -16,12 +16,13 @@ are not removed differ only where an earlier match's root was replaced (its user
 read the new node) and in the users of earlier matches' inputs. The first sweep therefore
 decides the same on ``G`` as on ``G_k`` when
 
-1. no match binds, chains or contains a node an earlier match removes, and no solution
-   that the checks turned down did (it could have passed on ``G_k``);
+1. no match binds, chains or contains a node an earlier match removes, or has one as an
+   argument of a matched node (a wildcard's value, which a check may still read), and no
+   solution that the checks turned down did (it could have passed on ``G_k``);
 2. no escape failure names a user that an earlier match removes;
 3. no rewrite creates a node some pattern of the set could match (on ``G_k`` a pattern
    could see it; otherwise a pattern meets an earlier replacement only through a capture
-   or a wildcard, and then rule 1 applies);
+   or a wildcard, which rule 1 refuses);
 4. each rewrite returns new nodes or bound inputs, never a matched node (which would stay);
 
 and the copy names every left-out node as the plain copy does, so new names come out the
@@ -192,6 +193,9 @@ class _Sweep:
             return False
         if not removed.isdisjoint(m.nodes):
             return True
+        for n in m.nodes:  # the arguments too: a wildcard's value may be read through them
+            if not removed.isdisjoint(n._input_nodes):
+                return True
         for v in m.binds.values():
             t = type(v)
             if t is fx.Node:
