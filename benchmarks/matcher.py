@@ -33,8 +33,9 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,109 +47,21 @@ from graphfuse import Rule, RuleSet, _plan
 from graphfuse import dsl as P
 from graphfuse._program import copy_graph_module
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests._chain import (  # noqa: E402  (the workload, shared with the tests)
+    BF16,
+    FP8,
+    block,
+    chain_inputs,
+    fused,
+    link,
+    tile,
+    traced,
+)
+from tests._chain import local_rule as local_rule  # noqa: E402
+
 aten = torch.ops.aten
-BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
-SCALE = 0.125
-B, H, S, D = 1, 2, 8, 16
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "matcher.json")
-
-
-# --------------------------------------------------------------------------- workload
-
-
-def block(x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """One block: attention with a static FP8 output quant (the search pattern)."""
-    a = torch.matmul(x, k.transpose(2, 3)) * SCALE
-    a = torch.softmax(a, -1)
-    a = torch.matmul(a, v)
-    return (a / s).clamp(-448, 448).to(FP8)
-
-
-def link(x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """A block and the cast that feeds the next one."""
-    return block(x, k, v, s).to(BF16)
-
-
-def fused(x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """The replacement: one ``graphfuse::attention_fp8`` call."""
-    return torch.ops.graphfuse.attention_fp8.default(
-        x, k, v, None, None, None, None, "none", SCALE, "bhsd", "default", s
-    )
-
-
-class _Fn(torch.nn.Module):
-    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> Any:
-        return self.fn(x, k, v, s)
-
-
-def _inputs(mode: FakeTensorMode | None = None) -> tuple[torch.Tensor, ...]:
-    g = torch.Generator().manual_seed(0)
-
-    def mk(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
-        return torch.randn(shape, generator=g).to(dtype)
-
-    real = (mk(B, H, S, D), mk(B, H, S, D), mk(B, H, S, D), mk(dtype=torch.float32).abs() + 0.5)
-    return real if mode is None else tuple(mode.from_tensor(t) for t in real)
-
-
-def traced(fn: Callable[..., torch.Tensor], ir: str) -> fx.GraphModule:
-    """One call of ``fn`` as a graph in ``ir`` (placeholders x, k, v, s; meta["val"] set)."""
-    if ir == "inductor":
-        from torch._inductor.pattern_matcher import fwd_only
-
-        mode = FakeTensorMode()
-        args = _inputs(mode)
-        with mode:
-            return fwd_only(fn, args)
-    ep = torch.export.export(_Fn(fn), _inputs())
-    if ir == "core":
-        ep = ep.run_decompositions()
-    return _plain(ep.graph_module)
-
-
-def _plain(gm: fx.GraphModule) -> fx.GraphModule:
-    """The exported graph with placeholders renamed x, k, v, s, a single output and no
-    ``_assert_tensor_metadata`` (replace_pattern would count it as a user outside)."""
-    g = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    names = iter("xkvs")
-    out = None
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            env[n] = g.placeholder(next(names))
-            env[n].meta = dict(n.meta)
-        elif n.op == "output":
-            res = n.args[0]
-            out = res[0] if isinstance(res, (list, tuple)) else res
-        elif n.target is not aten._assert_tensor_metadata.default:
-            env[n] = g.node_copy(n, lambda a: env[a])
-    g.output(env[out])
-    return fx.GraphModule(torch.nn.Module(), g)
-
-
-def tile(one: fx.GraphModule, n: int) -> fx.GraphModule:
-    """``n`` copies of ``one`` (a link), each one's output feeding the next one's x."""
-    g = fx.Graph()
-    phs = [p for p in one.graph.nodes if p.op == "placeholder"]
-    new = {}
-    for p in phs:
-        new[p] = g.placeholder(p.name)
-        new[p].meta = dict(p.meta)
-    body = [nd for nd in one.graph.nodes if nd.op not in ("placeholder", "output")]
-    out = one.graph.output_node().args[0]
-    x = new[phs[0]]
-    for _ in range(n):
-        env = dict(new)
-        env[phs[0]] = x
-        for nd in body:
-            env[nd] = g.node_copy(nd, lambda a, env=env: env[a])
-        x = env[out]
-    g.output(x)
-    return fx.GraphModule(torch.nn.Module(), g)
 
 
 # --------------------------------------------------------------------------- tools
@@ -189,7 +102,7 @@ def run_inductor(gm: fx.GraphModule, n: int, precompiled: bool) -> dict:
 
     g = copy_graph_module(gm)
     mode = FakeTensorMode()
-    args = list(_inputs(mode))
+    args = list(chain_inputs(0, mode))
     t0 = time.perf_counter()
     pm = PatternMatcherPass()
     pat = gen_pattern(block, args, fwd_only) if precompiled else None
@@ -224,23 +137,6 @@ def unrelated_rules(k: int = 100) -> list[Rule]:
             pat = P.op(present[i // 2 % len(present)], P.op(absent[i // 2 % len(absent)], P._))
         out.append(Rule(f"unrelated_{i}", pat, lambda m, b: m.root, local=True))
     return out
-
-
-def local_rule(ir: str) -> Rule:
-    """The block as traced in ``ir``, as a graphfuse rule (for IRs whose spelling the
-    bundled rule set does not know)."""
-    from graphfuse._trace import graph_to_patterns
-
-    (pat,) = graph_to_patterns(traced(block, ir).graph, ["x", "k", "v", "s"])
-
-    def rewrite(m: Any, b: Any) -> Any:
-        return b.call(
-            torch.ops.graphfuse.attention_fp8.default,
-            *(m["x"], m["k"], m["v"], None, None, None, None, "none", SCALE, "bhsd", "default"),
-            m["s"],
-        )
-
-    return Rule(f"local_attention_fp8_{ir}", pat, rewrite, priority=30, local=True)
 
 
 # --------------------------------------------------------------------------- llama

@@ -1,7 +1,7 @@
 """Workloads for the planned-sweep tests: the matcher benchmark's chain of attention
-blocks (``benchmarks/matcher.py``, copied: benchmarks is no package tests can import), the
-demo decoder and the fuzz suite's random programs, and random local rules cut from a
-program's own subgraphs (so they match, overlap and chain), rewritten to a stand-in op.
+blocks (``tests/_chain.py``), the demo decoder and the fuzz suite's random programs, and
+random local rules cut from a program's own subgraphs (so they match, overlap and chain),
+rewritten to a stand-in op.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 from torch import Tensor, fx
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 import graphfuse
 from graphfuse import Rule, RuleSet
 from graphfuse import dsl as P
-from tests.fuzz._programs import AttnStep, MixStep, RandomProgram, example_inputs
+from tests._chain import link, local_rule, tile, traced
+from tests.fuzz._programs import SAMPLE_STEPS, RandomProgram, example_inputs
 
 from ._exact import Program, graph_module
 
@@ -51,113 +51,6 @@ if not hasattr(torch.ops, "gfplan") or not hasattr(torch.ops.gfplan, "stand_in")
 
 
 STAND_IN = torch.ops.gfplan.stand_in.default
-
-
-# --------------------------------------------------------------------------- the chain
-# benchmarks/matcher.py's workload (copied: benchmarks is no package tests can import).
-
-SCALE = 0.125
-B, H, S, D = 1, 2, 8, 16
-
-
-def block(x: Tensor, k: Tensor, v: Tensor, s: Tensor) -> Tensor:
-    a = torch.matmul(x, k.transpose(2, 3)) * SCALE
-    a = torch.softmax(a, -1)
-    a = torch.matmul(a, v)
-    return (a / s).clamp(-448, 448).to(FP8)
-
-
-def link(x: Tensor, k: Tensor, v: Tensor, s: Tensor) -> Tensor:
-    return block(x, k, v, s).to(BF16)
-
-
-class _Fn(torch.nn.Module):
-    def __init__(self, fn: Callable[..., Tensor]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, s: Tensor) -> Any:
-        return self.fn(x, k, v, s)
-
-
-def chain_inputs(seed: int = 0, mode: FakeTensorMode | None = None) -> tuple[Tensor, ...]:
-    g = torch.Generator().manual_seed(seed)
-
-    def mk(*shape: int, dtype: torch.dtype = BF16) -> Tensor:
-        return torch.randn(shape, generator=g).to(dtype)
-
-    real = (mk(B, H, S, D), mk(B, H, S, D), mk(B, H, S, D), mk(dtype=torch.float32).abs() + 0.5)
-    return real if mode is None else tuple(mode.from_tensor(t) for t in real)
-
-
-def traced(fn: Callable[..., Tensor], ir: str) -> fx.GraphModule:
-    """One call of ``fn`` as a graph in ``ir`` (export / core / inductor)."""
-    if ir == "inductor":
-        from torch._inductor.pattern_matcher import fwd_only
-
-        mode = FakeTensorMode()
-        args = chain_inputs(0, mode)
-        with mode:
-            return fwd_only(fn, args)
-    ep = torch.export.export(_Fn(fn), chain_inputs())
-    if ir == "core":
-        ep = ep.run_decompositions()
-    return _plain(ep.graph_module)
-
-
-def _plain(gm: fx.GraphModule) -> fx.GraphModule:
-    g = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    names = iter("xkvs")
-    out = None
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            env[n] = g.placeholder(next(names))
-            env[n].meta = dict(n.meta)
-        elif n.op == "output":
-            res = n.args[0]
-            out = res[0] if isinstance(res, (list, tuple)) else res
-        elif n.target is not aten._assert_tensor_metadata.default:
-            env[n] = g.node_copy(n, lambda a: env[a])
-    g.output(env[out])
-    return fx.GraphModule(torch.nn.Module(), g)
-
-
-def tile(one: fx.GraphModule, n: int) -> fx.GraphModule:
-    """``n`` copies of ``one`` (a link), each one's output feeding the next one's x."""
-    g = fx.Graph()
-    phs = [p for p in one.graph.nodes if p.op == "placeholder"]
-    new = {}
-    for p in phs:
-        new[p] = g.placeholder(p.name)
-        new[p].meta = dict(p.meta)
-    body = [nd for nd in one.graph.nodes if nd.op not in ("placeholder", "output")]
-    out = one.graph.output_node().args[0]
-    x = new[phs[0]]
-    for _ in range(n):
-        env = dict(new)
-        env[phs[0]] = x
-        for nd in body:
-            env[nd] = g.node_copy(nd, lambda a, env=env: env[a])
-        x = env[out]
-    g.output(x)
-    return fx.GraphModule(torch.nn.Module(), g)
-
-
-def chain_local_rule(ir: str) -> Rule:
-    """The block as traced in ``ir``, as a local rule (the benchmark's ``local_rule``)."""
-    from graphfuse._trace import graph_to_patterns
-
-    (pat,) = graph_to_patterns(traced(block, ir).graph, ["x", "k", "v", "s"])
-
-    def rewrite(m: Any, b: Any) -> Any:
-        return b.call(
-            torch.ops.graphfuse.attention_fp8.default,
-            *(m["x"], m["k"], m["v"], None, None, None, None, "none", SCALE, "bhsd", "default"),
-            m["s"],
-        )
-
-    return Rule(f"local_attention_fp8_{ir}", pat, rewrite, priority=30, local=True)
 
 
 # --------------------------------------------------------------------------- random rules
@@ -257,7 +150,7 @@ def chain(ir: str, n: int) -> Any:
 
 def chain_rules(ir: str) -> RuleSet:
     trtllm = graphfuse.load_patterns("trtllm")
-    return trtllm if ir == "export" else RuleSet("x", [chain_local_rule(ir), *trtllm])
+    return trtllm if ir == "export" else RuleSet("x", [local_rule(ir), *trtllm])
 
 
 @functools.cache
@@ -278,24 +171,7 @@ def random_program(i: int, decompose: bool) -> Any:
 
 # random_program(i): 0 and 2 each leave a quant that no attention absorbs (an extra user,
 # dropout), so trtllm's standalone fp8_static_quant fires there; 1 fuses attention only
-PROGRAM_STEPS = [
-    [
-        AttnStep(0, "sdpa", "repeat_kv", "bool", "bs(hd)", "div", "none"),
-        MixStep(0, 2, "mul"),
-        AttnStep(3, "hand", "interleave", "causal", "bhsd", "min_max", "extra_user"),
-    ],
-    [
-        AttnStep(0, "hand", "repeat_kv", "additive", "bshd", "mul_recip", "none"),
-        AttnStep(1, "sdpa", "enable_gqa", "none", "(bs)(hd)", "op", "none"),
-        MixStep(1, 2, "add"),
-        AttnStep(2, "hand", "interleave", "bool", "bs(hd)", "div", "per_channel_scale"),
-    ],
-    [
-        MixStep(0, 1, "tanh"),
-        AttnStep(2, "sdpa", "repeat_kv", "none", "bhsd", "div", "dropout"),
-        AttnStep(0, "hand", "repeat_kv", "causal", "bs(hd)", "min_max", "none"),
-    ],
-]
+PROGRAM_STEPS = SAMPLE_STEPS
 
 
 def program_inputs(seed: int) -> Any:

@@ -23,6 +23,7 @@ import graphfuse
 from graphfuse import Rule, RuleSet
 from graphfuse import _plan as plan
 from graphfuse import dsl as P
+from tests._chain import chain_inputs
 from tests.fuzz.test_random_rules import _rooted
 
 from ._exact import (
@@ -37,7 +38,6 @@ from ._exact import (
 from ._models import Silu, aten, export, gftest
 from ._plan_workloads import (
     chain,
-    chain_inputs,
     chain_rules,
     demo,
     demo_inputs_for,

@@ -183,3 +183,25 @@ def example_inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     mask[0, :, :2] = False  # left padding: fully masked query rows
     mask[0, :, 2:, :2] = False
     return x0, x1, mask
+
+
+# Three fixed programs (attention spellings, GQA, masks, layouts, scales, extra users,
+# dropout) that several tests run.
+SAMPLE_STEPS = [
+    [
+        AttnStep(0, "sdpa", "repeat_kv", "bool", "bs(hd)", "div", "none"),
+        MixStep(0, 2, "mul"),
+        AttnStep(3, "hand", "interleave", "causal", "bhsd", "min_max", "extra_user"),
+    ],
+    [
+        AttnStep(0, "hand", "repeat_kv", "additive", "bshd", "mul_recip", "none"),
+        AttnStep(1, "sdpa", "enable_gqa", "none", "(bs)(hd)", "op", "none"),
+        MixStep(1, 2, "add"),
+        AttnStep(2, "hand", "interleave", "bool", "bs(hd)", "div", "per_channel_scale"),
+    ],
+    [
+        MixStep(0, 1, "tanh"),
+        AttnStep(2, "sdpa", "repeat_kv", "none", "bhsd", "div", "dropout"),
+        AttnStep(0, "hand", "repeat_kv", "causal", "bs(hd)", "min_max", "none"),
+    ],
+]

@@ -18,22 +18,10 @@ from graphfuse._failure import Failure
 from graphfuse._match import Match
 from graphfuse._match_rule import match_rule
 from graphfuse._matcher import _Tracer
-from tests.fuzz._programs import AttnStep, MixStep, RandomProgram, example_inputs
+from tests.fuzz._programs import SAMPLE_STEPS, RandomProgram, example_inputs
 from tests.fuzz.test_random_rules import _rooted
 
-STEPS = [
-    [
-        AttnStep(0, "sdpa", "repeat_kv", "bool", "bs(hd)", "div", "none"),
-        MixStep(0, 2, "mul"),
-        AttnStep(3, "hand", "interleave", "causal", "bhsd", "min_max", "extra_user"),
-    ],
-    [
-        AttnStep(0, "hand", "repeat_kv", "additive", "bshd", "mul_recip", "none"),
-        AttnStep(1, "sdpa", "enable_gqa", "none", "(bs)(hd)", "op", "none"),
-        MixStep(1, 2, "add"),
-        AttnStep(2, "hand", "interleave", "bool", "bs(hd)", "div", "per_channel_scale"),
-    ],
-]
+STEPS = SAMPLE_STEPS[:2]
 
 
 @pytest.fixture(scope="module")
