@@ -20,9 +20,12 @@ decides the same on ``G`` as on ``G_k`` when
    argument of a matched node (a wildcard's value, which a check may still read), and no
    solution that the checks turned down did (it could have passed on ``G_k``);
 2. no escape failure names a user that an earlier match removes;
-3. no rewrite creates a node some pattern of the set could match (on ``G_k`` a pattern
-   could see it; otherwise a pattern meets an earlier replacement only through a capture
-   or a wildcard, which rule 1 refuses);
+3. no rewrite creates a node that a pattern of a rule visited later in the sweep could
+   match (same or lower priority: on ``G_k`` it could see the node; rules of higher
+   priority had all their candidates visited before; otherwise a pattern meets an earlier
+   replacement only through a capture or a wildcard, which rule 1 refuses). As in the
+   plain runner, a new node that some pattern could match makes the next sweep visit
+   every candidate;
 4. each rewrite returns new nodes or bound inputs, never a matched node (which would stay);
 
 and the copy names every left-out node as the plain copy does, so new names come out the
@@ -47,7 +50,7 @@ from ._matcher import _ASSERT_TARGETS, is_metadata_assert
 from ._program import Program, copy_program, graph_module_of
 from ._report import Report, near_miss
 from ._rewriter import replace_match
-from ._rules import RuleSet
+from ._rules import Rule, RuleSet, _collect_targets
 from ._runner import Progress, Resume, _reserved_frame, run_rules
 
 ENABLED = True  # False: always the plain runner (tests compare the two)
@@ -106,8 +109,9 @@ def run_planned(
             )
             copy_time = time.perf_counter() - copy_start
             fake = FakePropagator()
+            seen = _Mentions(rules)
             for m in sweep.matches:
-                _apply(m, gm.graph, val_map, fake, rules)
+                _apply(m, gm.graph, val_map, fake, seen)
         except KeyError:  # a left-out node is used after all: an escape the checks missed
             raise _Fallback("a removed node is still used") from None
     except _Fallback as why:
@@ -119,7 +123,7 @@ def run_planned(
         report=sweep.report,
         fake=fake,
         fired=sweep.fired,
-        retry={(r, val_map.get(n) or _Gone()) for r, n in sweep.retry},
+        retry=None if seen.full_sweep else {(r, val_map.get(n) or _Gone()) for r, n in sweep.retry},
         misses={k: (nm, val_map.get(n, _GONE)) for k, (nm, n) in sweep.misses.items()},
     )
     report = run_rules(gm.graph, rules, progress=progress, resume=resume)
@@ -225,7 +229,37 @@ class _Sweep:
                     removed.add(u)
 
 
-def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, rules: RuleSet) -> None:
+class _Mentions:
+    """Which new nodes a pattern of the set could match, and when in the sweep."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        self.rules = rules
+        self.full_sweep = False  # a new node some pattern could match: revisit everything
+        # id(target) -> the lowest priority of a rule whose patterns name it (or its packet)
+        self.lowest: dict[int, int] = {}
+        for r in rules:
+            found: set[Any] = set()
+            for p in r.patterns:
+                _collect_targets(p, found)
+            for t in found:
+                self.lowest[id(t)] = min(self.lowest.get(id(t), r.priority), r.priority)
+
+    def check(self, created: list[fx.Node], rule: Rule) -> None:
+        lowest = self.lowest
+        for n in created:
+            if not self.rules.mentions(n.target):
+                continue
+            self.full_sweep = True
+            t = n.target
+            low = min(
+                lowest.get(id(t), rule.priority + 1),
+                lowest.get(id(getattr(t, "overloadpacket", None)), rule.priority + 1),
+            )
+            if low <= rule.priority:  # a rule visited later in this sweep could match it
+                raise _Fallback("a rewrite creates what a later pattern matches")
+
+
+def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, seen: _Mentions) -> None:
     """Rewrite ``m`` (found on the input) in the copy ``graph``, where the root's bare copy
     stands in for the match. The rewrite reads the match as found: its bound inputs are
     their copies; its own nodes are the input's (the same metadata and structure; using
@@ -254,6 +288,4 @@ def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, rules
     if not any(new is n for n in reversed(created)):  # (the matched root, an input)
         raise _Fallback("a rewrite returned a node it did not create")
     erase(graph, [stand_in])
-    for n in created:
-        if rules.mentions(n.target):
-            raise _Fallback("a rewrite creates what a pattern matches")
+    seen.check(created, m.rule)

@@ -26,12 +26,13 @@ Progress = Callable[[int, int], None]
 @dataclass
 class Resume:
     """The state after a first sweep made elsewhere (``_plan``): the report so far, the
-    fake propagator, the rules that fired, the candidates to retry, the near misses."""
+    fake propagator, the rules that fired, the candidates to retry (None: every candidate,
+    after a rewrite created a node some pattern could match), the near misses."""
 
     report: Report
     fake: FakePropagator
     fired: list[str]
-    retry: set[tuple]
+    retry: set[tuple] | None
     misses: dict
 
 
