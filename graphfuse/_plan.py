@@ -235,21 +235,28 @@ class _Mentions:
     def __init__(self, rules: RuleSet) -> None:
         self.rules = rules
         self.full_sweep = False  # a new node some pattern could match: revisit everything
-        # id(target) -> the lowest priority of a rule whose patterns name it (or its packet)
-        self.lowest: dict[int, int] = {}
-        for r in rules:
+        # id(target) -> the lowest priority of a rule whose patterns name it (or its
+        # packet); built when first needed
+        self.lowest: dict[int, int] | None = None
+
+    def _lowest(self) -> dict[int, int]:
+        lowest: dict[int, int] = {}
+        for r in self.rules:
             found: set[Any] = set()
             for p in r.patterns:
                 _collect_targets(p, found)
             for t in found:
-                self.lowest[id(t)] = min(self.lowest.get(id(t), r.priority), r.priority)
+                lowest[id(t)] = min(lowest.get(id(t), r.priority), r.priority)
+        return lowest
 
     def check(self, created: list[fx.Node], rule: Rule) -> None:
-        lowest = self.lowest
         for n in created:
             if not self.rules.mentions(n.target):
                 continue
             self.full_sweep = True
+            if self.lowest is None:
+                self.lowest = self._lowest()
+            lowest = self.lowest
             t = n.target
             low = min(
                 lowest.get(id(t), rule.priority + 1),
