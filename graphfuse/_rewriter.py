@@ -149,11 +149,7 @@ def alive(m: Match) -> bool:
 
 
 def apply_match(
-    m: Match,
-    graph: fx.Graph,
-    fake: FakePropagator,
-    *,
-    escape_checked: bool = False,
+    m: Match, graph: fx.Graph, fake: FakePropagator, *, escape_checked: bool = False
 ) -> Failure | list[fx.Node]:
     """Rewrite one match in place and return the nodes it created. Returns a Failure
     (graph unchanged) when the rewrite is no longer safe; raises :class:`RewriteError`

@@ -77,13 +77,14 @@ class Rule:
             (``match.fail(...)``, a string, or False).
         priority: higher rules win overlaps; ties go to the earlier root in the graph.
         doc: one line for ``graphfuse patterns``.
-        local: declares that ``check`` and ``rewrite`` read only the match: its nodes, its
+        local: declares that ``check``, ``rewrite`` and the pattern's ``where``
+            predicates read only the match: its nodes (their arguments included), its
             bindings and their metadata, never the graph around it (the users or producers
             of a bound input). A rule set whose rules are all local is matched on the
             unmodified input and its output built in one pass, which skips copying and
-            erasing what the matches replace (see docs/performance.md); the result is the
-            same as rewriting match by match, and where that cannot be shown the runner
-            falls back to it.
+            erasing what the matches replace (docs/dsl.md, "Local rules"); the result is
+            the same as rewriting match by match, and where that cannot be shown the
+            runner falls back to it.
 
     Example::
 
