@@ -89,3 +89,35 @@ def test_create_name_gives_fx_names_and_state() -> None:
         assert create_name(ours, candidate) == theirs.create_name(candidate, None), candidate
     assert ours._used_names == theirs._used_names
     assert ours._base_count == theirs._base_count
+
+
+def test_recompile_generates_fx_code_and_keeps_the_node_table() -> None:
+    """``_program.recompile`` hides the find-nodes table from fx's repr override only
+    while generating code: the same code as ``GraphModule.recompile``, and the table is
+    the graph's own again afterwards (with every node still filed, also after a raise)."""
+    ep = torch.export.export(_Block(), (torch.randn(2, 4, 8), torch.randn(2, 4, 8)))
+    gm = copy_graph_module(ep.graph_module)
+    table = gm.graph._find_nodes_lookup_table
+    gm.recompile()
+    expected = gm.code
+    _program.recompile(gm)
+    assert gm.code == expected
+    assert gm.graph._find_nodes_lookup_table is table
+    gm.graph.lint()  # checks every node is in the table
+    softmax = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.softmax.int)
+    assert [n.name for n in softmax] == [
+        n.name for n in gm.graph.nodes if n.target is torch.ops.aten.softmax.int
+    ]
+
+    class Boom(Exception):
+        pass
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise Boom
+
+    gm.graph.python_code = fail  # type: ignore[method-assign]
+    try:
+        _program.recompile(gm)
+    except Boom:
+        pass
+    assert gm.graph._find_nodes_lookup_table is table
