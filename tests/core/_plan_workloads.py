@@ -183,3 +183,48 @@ def demo_inputs_for(seed: int) -> Any:
 
     torch.manual_seed(seed)
     return demo_inputs(1, 8, 64, 16, BF16)
+
+
+X = P.tensor("x")
+
+
+# --------------------------------------------------------------------------- small rule sets
+
+
+def local(name: str, pattern: Any, rewrite: Any, check: Any = None, **kw: Any) -> Rule:
+    return Rule(name, pattern, rewrite, check, local=True, **kw)
+
+
+def rs(*rules: Rule) -> RuleSet:
+    return RuleSet("t", rules)
+
+
+def to_abs(m: Any, b: Any) -> Any:
+    return b.call(aten.abs.default, m["x"])
+
+
+RELU_NEG = P.op(aten.relu, P.op(aten.neg, X))
+
+
+# --------------------------------------------------------------------------- small programs
+
+
+def chained(x):
+    return torch.relu(-torch.relu(-x))  # the second block's x IS the first block's root
+
+
+def exp_over(x):
+    return torch.exp(torch.relu(-x))
+
+
+def relu_times(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(a) * b
+
+
+def escape_to_removed(x, y):
+    t = -x
+    return torch.relu(t), y * t  # t escapes to the mul, which an earlier match removes
+
+
+def relu_then_exp(x):
+    return torch.exp(torch.relu(x))
