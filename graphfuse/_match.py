@@ -53,6 +53,14 @@ class Match:
         m.memo = {}
         return m
 
+    def rebound(self, binds: dict[str, Any]) -> Match:
+        """This match with ``binds`` in place of its bindings (everything else shared)."""
+        m = type(self).__new__(type(self))
+        for slot in self.__slots__:
+            setattr(m, slot, getattr(self, slot))
+        m.binds = binds
+        return m
+
     @property
     def root(self) -> fx.Node:
         return self.roots[0]

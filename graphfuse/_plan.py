@@ -195,19 +195,11 @@ class _Sweep:
         removed = self.removed
         if not removed:
             return False
-        if not removed.isdisjoint(m.nodes):
+        if not removed.isdisjoint(m.nodes):  # (chains pass through matched nodes)
             return True
-        for n in m.nodes:  # the arguments too: a wildcard's value may be read through them
-            if not removed.isdisjoint(n._input_nodes):
-                return True
-        for v in m.binds.values():
-            t = type(v)
-            if t is fx.Node:
-                if v in removed:
-                    return True
-            elif issubclass(t, _SEQ) and not removed.isdisjoint(_nodes_in(v)):
-                return True
-        return any(not removed.isdisjoint(c) for c in m.chains.values())
+        # Every bound node is a matched node or an argument of one (also inside a list);
+        # the arguments also hold what wildcards matched, which a check may still read.
+        return any(not removed.isdisjoint(n._input_nodes) for n in m.nodes)
 
     def _escapes_to_removed(self, m: Match) -> bool:
         removed = self.removed
@@ -278,18 +270,14 @@ def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, seen:
 
     binds = {}
     for k, v in m.binds.items():
-        t = type(v)
-        if t is fx.Node:
-            binds[k] = v if v in node_set else val_map[v]
-        else:
-            binds[k] = _map_arg(v, copied) if issubclass(t, _SEQ) else v
-    mm = Match.__new__(Match)
-    mm.rule, mm.roots, mm.binds = m.rule, m.roots, binds
-    mm.tags, mm.dims, mm.chains, mm.memo = m.tags, m.dims, m.chains, m.memo
-    mm.nodes, mm.node_set = m.nodes, node_set
+        if type(v) is fx.Node:
+            v = copied(v)
+        elif isinstance(v, _SEQ) and _nodes_in(v):  # (a list without nodes stays as is)
+            v = _map_arg(v, copied)
+        binds[k] = v
     stand_in = val_map[m.root]
     try:
-        created, (new,) = replace_match(mm, graph, fake, (stand_in,), stand_in)
+        created, (new,) = replace_match(m.rebound(binds), graph, fake, (stand_in,), stand_in)
     except RewriteError as exc:  # the plain runner raises it again if it is real
         raise _Fallback("the rewrite failed here") from exc
     if not any(new is n for n in reversed(created)):  # (the matched root, an input)
