@@ -55,10 +55,10 @@ from tests._chain import (  # noqa: E402  (the workload, shared with the tests)
     chain_inputs,
     fused,
     link,
+    local_rule,
     tile,
     traced,
 )
-from tests._chain import local_rule as local_rule  # noqa: E402
 
 aten = torch.ops.aten
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "matcher.json")
