@@ -48,6 +48,9 @@ NOLAZY = dict(L_MMA=True, REV_M=1, EPI=2)
 COMBO = dict(NOLAZY, LAZY=8.0)
 FCOMBO = dict(REV_M=1, EPI=2)  # fast mode: no LAZY (a stale max costs the max P exactness)
 V16 = dict(V16=True)
+# one warpgroup owning 128 rows (255 registers, no spills at BLOCK_N=32): two independent CTAs
+# per SM, so one CTA's softmax can run under the other's GEMMs (no CTA barrier couples them)
+W4 = dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3)
 Q = True  # also in --quick
 
 # row: inputs, precision, out kind, baseline (a timer, or "fp8": the FP8-out time at the
@@ -56,13 +59,15 @@ Q = True  # also in --quick
 ROWS = {
     "bf16": dict(inputs="bf16", precision="default", kind=1, baseline="sdpa", target=0.9,
                  stretch=1.0, variants=[
-        ("default", {}, Q), ("bn128", dict(BLOCK_N=128), False),
+        ("default", {}, Q), ("triton", dict(WS=False), Q), ("bn128", dict(BLOCK_N=128), False),
         ("bn128_s2", dict(BLOCK_N=128, num_stages=2), False), ("s4", dict(num_stages=4), False),
         ("m64", C64, Q), ("m64_s2", {**C64, "num_stages": 2}, False), ("m64_n128", C64N, False),
         ("lazy", dict(LAZY=8.0), Q), ("lmma", LM, Q), ("rev1", dict(REV_M=1), Q),
         ("rev2", dict(REV_M=2), False), ("epi2", dict(EPI=2), False), ("combo", COMBO, Q),
         ("combo_nolazy", NOLAZY, Q), ("m64_combo", {**C64, **COMBO}, Q),
-        ("bn128_combo", dict(BLOCK_N=128, num_stages=2, **COMBO), False)]),
+        ("bn128_combo", dict(BLOCK_N=128, num_stages=2, **COMBO), False),
+        ("w4", W4, Q), ("w4_s4", {**W4, "num_stages": 4}, False),
+        ("w4_s2", {**W4, "num_stages": 2}, False), ("w4_rev0", {**W4, "REV_M": 0}, False)]),
     "fp8": dict(inputs="fp8", precision="default", kind=1, baseline="sdpa_quant", target=0.95,
                 stretch=1.1, variants=[
         ("default", {}, Q), ("vt", dict(VT=True), Q), ("v16", V16, Q), ("lazy", dict(LAZY=8.0), Q),
@@ -70,7 +75,8 @@ ROWS = {
         ("rev1", dict(REV_M=1), False), ("rev2", dict(REV_M=2), False), ("epi2", dict(EPI=2), Q),
         ("bn64", dict(BLOCK_N=64), False), ("m64", C64, False), ("m64_n128", C64N, False),
         ("combo", COMBO, Q), ("combo_nolazy", NOLAZY, Q), ("v16_combo", {**V16, **COMBO}, Q),
-        ("m64_combo", {**C64, **COMBO}, Q), ("v16_m64_combo", {**V16, **C64, **COMBO}, False)]),
+        ("m64_combo", {**C64, **COMBO}, Q), ("v16_m64_combo", {**V16, **C64, **COMBO}, False),
+        ("w4", W4, Q), ("w4_s4", {**W4, "num_stages": 4}, False)]),
     "fast": dict(inputs="fp8", precision="fast", kind=1, baseline="sdpa_quant", target=1.2,
                  stretch=1.4, variants=[("default", {}, Q), ("no_vt", dict(VT=False), Q)]),
     "fp8_vT": dict(inputs="fp8_vT", precision="default", kind=1, baseline="sdpa_quant",

@@ -8,12 +8,15 @@ FP8 V tile in registers (e4m3 -> fp16 is exact); ``"fast"`` with FP8 v rounds ``
 e4m3 and multiplies on the FP8 tensor cores, which read V K-major: a V stored ``[.., S, D]``
 is copied K-major once per call first (knob ``VT``, ``transpose.k_major``). Causal masks split
 the key loop into unmasked tiles and the diagonal tiles, which alone pay for the mask.
+16-bit prefill calls that ``attention_config.ws_eligible`` accepts run the warp-specialised
+Gluon kernel of ``attention_ws.py`` instead on sm_90 devices (knob ``WS``).
 Variants (lazy rescaling, row sums on the tensor cores, block order, epilogue form, ...) are
 constexpr knobs; ``attention_config.default_config`` chooses all of them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -27,6 +30,7 @@ from .attention_config import (
     mask_args,
     nvfp4_row_strides,
     out_strides,
+    ws_eligible,
 )
 from .transpose import k_major
 
@@ -332,6 +336,18 @@ def _attn_fwd(
         )
 
 
+@functools.cache
+def _gluon_hopper(device: torch.device) -> bool:
+    """An sm_90 device and a Triton with Gluon's Hopper layer (``attention_ws.py``)."""
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return False
+    try:
+        from . import attention_ws  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def attention_into(
     q,
     k,
@@ -369,6 +385,15 @@ def attention_into(
     mask_kind, mask, mstr = mask_args(attn_mask, b, h, sq, skv, q)
     cfg = default_config(qk_dt, dp, sq, fast=fast, out_kind=out_kind, mask_kind=mask_kind)
     cfg.update(config or {})
+    if (
+        cfg.pop("WS")
+        and ws_eligible(q, k, v, q_scale, k_scale, v_scale, attn_mask, out, out_kind)
+        and _gluon_hopper(q.device)
+    ):
+        from .attention_ws import attention_ws_into
+
+        attention_ws_into(q, k, v, causal, scale, layout, out, out_kind, out_scale)
+        return
     if cfg.pop("VT") and v.dtype == torch.float8_e4m3fn and sq > 16 and v.stride(-2) != 1:
         v = k_major(v)  # K-major FP8 V (see VT)
     if cfg.pop("V16") and v.dtype == torch.float8_e4m3fn and not fast:

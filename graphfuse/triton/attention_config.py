@@ -52,6 +52,50 @@ def nvfp4_row_strides(layout: str, h: int, s: int, d: int) -> tuple[int, int, in
     return s, 0, 1, d  # bs(hd), (bs)(hd)
 
 
+WS_BLOCK_M = 128  # warp-specialised kernel: query rows per CTA (64 per consumer warpgroup)
+WS_BLOCK_N = 128  # and keys per tile
+
+
+def rows_view(x: torch.Tensor):
+    """(2-D TMA view, rows per batch, rows per head, columns per head) of ``x`` [B, H, S, D]
+    with D contiguous, when element (b, h, s, d) is row ``b*rb + h*rh + s``, column
+    ``h*ch + d`` of a row-major matrix (``[B, H, S, D]`` and ``[B, S, H, D]`` memory both are);
+    None otherwise."""
+    b, h, s, d = x.shape
+    sb, sh, ss, sd = x.stride()
+    if sd != 1 or ss < d or (ss * x.element_size()) % 16 or x.data_ptr() % 16 or sb % ss:
+        return None
+    if sh % ss == 0:  # heads stacked as rows (or one head / broadcast heads)
+        rh, ch = sh // ss, 0
+    elif 0 < sh and (h - 1) * sh + d <= ss:  # heads side by side in a row
+        rh, ch = 0, sh
+    else:
+        return None
+    rows = (b - 1) * (sb // ss) + (h - 1) * rh + s
+    width = (h - 1) * ch + d  # the columns used: the view ends at the tensor's last element
+    return x.as_strided((rows, width), (ss, 1)), sb // ss, rh, ch
+
+
+def ws_eligible(q, k, v, q_scale, k_scale, v_scale, attn_mask, out, out_kind) -> bool:
+    """Whether the warp-specialised Hopper kernel (``attention_ws.py``) serves this call: 16-bit
+    q / k / v without scales or masks, D of 64 or 128, Sq and Skv multiples of 128, each
+    operand addressable as one 2-D TMA view (``rows_view``), wide or FP8 output. The device
+    check (sm_90) is the launcher's."""
+    if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
+        return False
+    if q_scale is not None or k_scale is not None or v_scale is not None:
+        return False
+    if attn_mask is not None or out_kind not in (0, 1):
+        return False
+    b, h, sq, d = q.shape
+    skv = k.shape[2]
+    if d not in (64, 128) or sq % WS_BLOCK_M or skv % WS_BLOCK_N or sq == 0 or skv == 0:
+        return False
+    if out_kind == 0 and out.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return False
+    return all(rows_view(t) is not None for t in (q, k, v))
+
+
 # Knobs of the prefill kernel (``_attn_fwd`` constexprs and launch options) with what they
 # do; ``default_config`` is the one place their defaults are chosen.
 #   BLOCK_M, BLOCK_N, num_warps, num_stages: tile shape and pipelining
@@ -69,12 +113,14 @@ def nvfp4_row_strides(layout: str, h: int, s: int, d: int) -> tuple[int, int, in
 #        2 the same with ``inv = g * rsqrt(sf * sf)``; 3: 2 with packed-half e2m1 codes
 #   V16: host side, default precision with FP8 v: upcast v to fp16 once per call (exact) so
 #        the kernel streams fp16 V tiles instead of converting each tile in registers
+#   WS: host side, 16-bit prefill on sm_90: the warp-specialised Gluon kernel
+#       (``attention_ws.py``) for the calls ``ws_eligible`` accepts; False keeps them here
 #   VT: host side, FP8 v stored ``[.., S, D]`` (D contiguous) and Sq > 16: copy v once per
 #       call to K-major memory (``[.., D, S]``, keys contiguous) and pass that view, the
 #       operand layout FP8 wgmma reads for P·V (Triton's MN-major FP8 P·V runs at about
 #       half speed); costs one read + write of V, which the kernel reads Sq / BLOCK_M * G times
 KERNEL_KNOBS = ("LAZY", "FAST_L", "L_MMA", "REV_M", "EPI")
-HOST_KNOBS = ("V16", "VT")
+HOST_KNOBS = ("V16", "VT", "WS")
 
 
 def default_config(
@@ -88,7 +134,7 @@ def default_config(
 ) -> dict:
     """Every knob of a prefill launch (tuned on an H200); ``attention_into``'s ``config``
     entries override them. See ``KERNEL_KNOBS`` / ``HOST_KNOBS`` above."""
-    cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False, VT=fast)
+    cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False, VT=fast, WS=True)
     if sq <= 16:
         cfg.update(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
     elif qk_dt == torch.float8_e4m3fn:

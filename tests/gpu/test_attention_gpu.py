@@ -80,9 +80,13 @@ def _cases(n: int, seed: int):
 
 def run_case(c: dict, precision: str = "default", config: dict | None = None) -> None:
     """Checks one case in all three output formats (poisoned outputs); ``config`` overrides
-    the prefill kernel's knobs (``graphfuse.triton.attention_config.default_config``)."""
+    the prefill kernel's knobs (``graphfuse.triton.attention_config.default_config``) and
+    keeps the Triton kernel (not the warp-specialised one) unless it sets ``WS``."""
     from graphfuse.ops._attention_args import nvfp4_rows_cols, out_shape
     from graphfuse.triton.attention_ops import run
+
+    if config is not None:
+        config = {"WS": False, **config}
 
     gen = torch.Generator().manual_seed(c["seed"])
     b, hq, sq, d = c["b"], c["hq"], c["sq"], c["d"]

@@ -1,0 +1,248 @@
+"""Warp-specialised fused attention for 16-bit prefill on Hopper (sm_90), written in Gluon.
+
+The plain Triton kernel (``attention.py``) ends every key tile in CTA-wide barriers, so its two
+warpgroups run their softmax at the same time while the tensor cores wait; on the H200 it
+stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no better
+(``benchmarks/prefill_minimal.py``). Here the roles are split as FlashAttention-3 does:
+
+- a producer warp loads Q once and K / V tiles with TMA into a ring of ``STAGES`` buffers
+  (mbarriers: "ready" with the byte count, "empty" released by both consumers);
+- two consumer warpgroups, each owning 64 of the CTA's 128 query rows, run ``S = Q K^T``
+  (wgmma from shared memory), the online softmax (exp2, scales folded in, 16-bit P) and
+  ``O += P V`` (P from registers) with no barrier between them, so one's softmax runs under
+  the other's GEMMs; the second starts after the first's first ``Q K^T`` (an offset that
+  the tensor cores' arbitration then keeps);
+- each consumer writes its rows in the output format: the input's 16-bit type or FP8
+  (``acc * (1/l) * (1/s_o)``, hardware rne + satfinite, as ``store_attention_acc``).
+
+``attention_config.ws_eligible`` says which calls it serves (16-bit q/k/v without scales or
+masks, D of 64 or 128, Sq and Skv multiples of 128, rows addressable as one 2-D TMA view,
+wide or FP8 output); ``attention_into`` routes those here on an sm_90 device unless
+``config={"WS": False}``. The tile shape (128 x 128, 2 stages) is fixed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .attention_config import WS_BLOCK_M, WS_BLOCK_N, out_strides, rows_view
+
+CONSUMER_REGS = gl.constexpr(240)  # per thread, each consumer warpgroup (the producer warp gets 24)
+MAXNREG = 168  # 3 warpgroups: 2 x 240 + 24 (rounded) <= 3 x 168
+
+
+@gluon.jit
+def _producer(
+    q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
+    q_row, q_col, kv_row, kv_col, n_tiles,
+):  # fmt: skip
+    # constexprs come from the buffers' types: scalars passed through warp_specialize arrive
+    # as run-time values
+    NSTAGE: gl.constexpr = k_bufs.type.shape[0]
+    BN: gl.constexpr = k_bufs.type.shape[1]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, q_col], q_bar, q_bufs.index(0))
+    tma.async_copy_global_to_shared(q_desc, [q_row + 64, q_col], q_bar, q_bufs.index(1))
+    for j in range(n_tiles):
+        s = j % NSTAGE
+        ph = (j // NSTAGE) & 1
+        mbarrier.wait(kv_empty.index(s), ph ^ 1)  # both consumers released the slot
+        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            k_desc, [kv_row + j * BN, kv_col], k_ready.index(s), k_bufs.index(s)
+        )
+        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            v_desc, [kv_row + j * BN, kv_col], v_ready.index(s), v_bufs.index(s)
+        )
+
+
+@gluon.jit
+def _consume(
+    c: gl.constexpr, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready,
+    kv_empty, go_bar, out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+):  # fmt: skip
+    """Consumer ``c``: query rows ``q_start + 64c ..`` of the CTA's block."""
+    NSTAGE: gl.constexpr = k_bufs.type.shape[0]
+    BN: gl.constexpr = k_bufs.type.shape[1]
+    HD: gl.constexpr = k_bufs.type.shape[2]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HD, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_l: gl.constexpr = gl.SliceLayout(1, s_layout)
+    orow_l: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    first_row = q_start + c * 64
+    rows = first_row + gl.arange(0, 64, layout=row_l)
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+    m_i = gl.full([64], float("-inf"), gl.float32, layout=row_l)
+    l_i = gl.full([64], 0.0, gl.float32, layout=row_l)
+    acc = gl.zeros([64, HD], gl.float32, layout=o_layout)
+    zero_s = gl.zeros([64, BN], gl.float32, layout=s_layout)
+    mbarrier.wait(q_bar, 0)
+    if c == 1:
+        mbarrier.wait(go_bar, 0)
+    for j in range(n_tiles):
+        s = j % NSTAGE
+        ph = (j // NSTAGE) & 1
+        mbarrier.wait(k_ready.index(s), ph)
+        qk = warpgroup_mma(
+            q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True
+        )
+        qk = warpgroup_mma_wait(0, deps=(qk,))
+        if c == 0:
+            mbarrier.arrive(go_bar, count=1, pred=j == 0)
+        if causal != 0:
+            if (j + 1) * BN - 1 > first_row + causal_off:  # a key past this consumer's 1st row
+                keep = gl.expand_dims(rows + causal_off, 1) >= gl.expand_dims(j * BN + cols, 0)
+                qk = gl.where(keep, qk, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
+        alpha = gl.exp2(m_i - m_use)
+        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use, 1))
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
+        p16 = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
+        mbarrier.wait(v_ready.index(s), ph)
+        acc = warpgroup_mma(p16, v_bufs.index(s), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(kv_empty.index(s), count=1)
+        m_i = m_new
+    if c == 0:  # no key tile at all (bottom-right causal, Sq > Skv): release consumer 1
+        mbarrier.arrive(go_bar, count=1, pred=n_tiles == 0)
+    l_o = gl.convert_layout(l_i, orow_l)
+    row_scale = gl.where(l_o > 0.0, 1.0 / l_o, 0.0)  # fully masked rows give zeros
+    orows = (first_row + gl.arange(0, 64, layout=orow_l)).to(gl.int64)
+    ocols = gl.arange(0, HD, layout=gl.SliceLayout(0, o_layout))
+    offs = gl.expand_dims(out_base + orows * sos, 1) + gl.expand_dims(ocols, 0)
+    if out_ptr.dtype.element_ty == gl.float8e4nv:
+        inv = gl.div_rn(gl.full([], 1.0, gl.float32), gl.load(osc_ptr).to(gl.float32))
+        o = acc * gl.expand_dims(row_scale * inv, 1)
+        gl.store(out_ptr + offs, o.to(gl.float8e4nv))
+    else:
+        o = acc * gl.expand_dims(row_scale, 1)
+        gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty))
+
+
+@gluon.jit
+def _consumer0(
+    out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
+    out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+):  # fmt: skip
+    _consume(
+        0, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
+        out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _consumer1(
+    out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
+    out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+):  # fmt: skip
+    _consume(
+        1, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
+        out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _ws_attn_fwd(
+    q_desc, k_desc, v_desc, out_ptr, osc_ptr,
+    H, G, SQ, SKV, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
+    qk_scale, causal, causal_off,
+):  # fmt: skip
+    """Grid (B*H, Sq / 128), all heads' last (heaviest causal) row blocks first."""
+    HD: gl.constexpr = q_desc.block_type.shape[1]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    NSTAGE: gl.constexpr = 2
+    dt: gl.constexpr = q_desc.dtype
+    pid_bh = gl.program_id(0)
+    pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    hk = h // G
+    q_start = pid_m * 128
+    if causal != 0:
+        n_tiles = gl.minimum(gl.maximum(q_start + 128 + causal_off, 0) + BN - 1, SKV) // BN
+    else:
+        n_tiles = SKV // BN
+    # the 2-D TMA views: (row, column) of this (batch, head)'s first element
+    q_row = b * q_rb + h * q_rh + q_start
+    kv_row = b * kv_rb + hk * kv_rh
+    out_base = b.to(gl.int64) * sob + h.to(gl.int64) * soh  # this (batch, head)'s row 0
+
+    q_bufs = gl.allocate_shared_memory(dt, [2, 64, HD], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(dt, [NSTAGE, BN, HD], k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(dt, [NSTAGE, BN, HD], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    go_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(go_bar, count=1)
+    for i in gl.static_range(NSTAGE):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)
+    fence_async_shared()
+    cargs = (
+        out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
+        out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+    )  # fmt: skip
+    pargs = (
+        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
+        q_row, h * q_ch, kv_row, hk * kv_ch, n_tiles,
+    )  # fmt: skip
+    gl.warp_specialize(
+        [(_consumer0, cargs), (_consumer1, cargs), (_producer, pargs)],
+        [4, 1],
+        [CONSUMER_REGS, 24],
+    )
+
+
+def attention_ws_into(q, k, v, causal, scale, layout, out, out_kind, out_scale) -> None:
+    """Launches the warp-specialised kernel (the call must be ``ws_eligible``)."""
+    b, h, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    qv, q_rb, q_rh, q_ch = rows_view(q)
+    kv, kv_rb, kv_rh, kv_ch = rows_view(k)
+    vv, v_rb, v_rh, v_ch = rows_view(v)
+    if (v_rb, v_rh, v_ch) != (kv_rb, kv_rh, kv_ch):  # one set of K / V coordinates
+        v = v.contiguous()
+        vv, v_rb, v_rh, v_ch = rows_view(v)
+        if (v_rb, v_rh, v_ch) != (kv_rb, kv_rh, kv_ch):
+            k = k.contiguous()
+            kv, kv_rb, kv_rh, kv_ch = rows_view(k)
+    gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    ql = gl.NVMMASharedLayout.get_default_for([64, d], gdt)
+    kl = gl.NVMMASharedLayout.get_default_for([WS_BLOCK_N, d], gdt)
+    qd = TensorDescriptor(qv, list(qv.shape), list(qv.stride()), [64, d], ql)
+    kd = TensorDescriptor(kv, list(kv.shape), list(kv.stride()), [WS_BLOCK_N, d], kl)
+    vd = TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [WS_BLOCK_N, d], kl)
+    sob, soh, sos = out_strides(layout, b, h, sq, d)
+    sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    causal_off = 0 if causal != "bottom_right" else skv - sq
+    osc = out_scale if out_kind == 1 else out
+    _ws_attn_fwd[(b * h, sq // WS_BLOCK_M)](
+        qd, kd, vd, out, osc, h, h // hkv, sq, skv, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch,
+        sob, soh, sos, sm_scale * 1.4426950408889634, int(causal != "none"), causal_off,
+        num_warps=4, maxnreg=MAXNREG,
+    )  # fmt: skip

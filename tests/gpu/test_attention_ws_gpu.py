@@ -1,0 +1,142 @@
+"""The warp-specialised Hopper prefill kernel (``graphfuse/triton/attention_ws.py``) against
+the fp64 reference: 16-bit and FP8 outputs (poisoned first), both input memory orders, GQA,
+every causal form, Sq != Skv, custom scales; the calls must reach it (counted), and it must
+be capturable in a CUDA graph."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import graphfuse  # noqa: F401
+from graphfuse.ops.attention_ref import attention_fp32
+from graphfuse.ops.quant_ref import fp8_static_quant_ref
+from graphfuse.testing_numerics import assert_fp8_close
+
+triton = pytest.importorskip("triton")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+        reason="needs an sm_90 GPU",
+    ),
+]
+
+FP8 = torch.float8_e4m3fn
+
+
+@pytest.fixture
+def ws_calls(monkeypatch):
+    """Counts the launches of the warp-specialised kernel."""
+    from graphfuse.triton import attention_ws
+
+    calls = []
+    real = attention_ws.attention_ws_into
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(attention_ws, "attention_ws_into", counted)
+    return calls
+
+
+def _inputs(c: dict):
+    gen = torch.Generator().manual_seed(c["seed"])
+
+    def one(h, s):
+        shape = (c["b"], h, s, c["d"]) if c["mem"] == "bhsd" else (c["b"], s, h, c["d"])
+        x = torch.randn(shape, generator=gen).to(c["dtype"]).cuda()
+        return x if c["mem"] == "bhsd" else x.transpose(1, 2)
+
+    return one(c["hq"], c["sq"]), one(c["hkv"], c["skv"]), one(c["hkv"], c["skv"])
+
+
+def _cases(n: int, seed: int):
+    rng = random.Random(seed)
+    print(f"seed={seed}")
+    for _ in range(n):
+        hq, hkv = rng.choice([(4, 4), (8, 2)])
+        sq, skv = rng.choice([(128, 128), (256, 384), (384, 256), (256, 256)])
+        yield dict(
+            b=rng.choice([1, 2]),
+            hq=hq,
+            hkv=hkv,
+            sq=sq,
+            skv=skv,
+            d=rng.choice([64, 128]),
+            dtype=rng.choice([torch.bfloat16, torch.float16]),
+            causal=rng.choice(["none", "top_left", "bottom_right"]),
+            scale=rng.choice([None, 0.3]),
+            mem=rng.choice(["bhsd", "bshd"]),
+            layout=rng.choice(["bhsd", "bshd", "bs(hd)"]),
+            seed=rng.randrange(1 << 30),
+        )
+
+
+def _run_case(c: dict, ws_calls: list) -> None:
+    from graphfuse.ops._attention_args import out_shape
+    from graphfuse.triton.attention_ops import run
+
+    q, k, v = _inputs(c)
+    args = (q, k, v, None, None, None, None, c["causal"], c["scale"], c["layout"], "default")
+    wide = attention_fp32(*args, compute_dtype=torch.float64).float()
+    shape = out_shape(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
+    n0 = len(ws_calls)
+    o16 = torch.full(shape, float("nan"), dtype=c["dtype"], device="cuda")
+    run(*args, o16, 0)
+    err = ((o16.float() - wide).norm() / wide.norm()).item()
+    assert not torch.isnan(o16).any() and err < 2e-2, (c, err)
+    s_o = torch.tensor([wide.abs().max().item() / 448.0], device="cuda")
+    o8 = torch.full(shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    run(*args, o8, 1, s_o)
+    assert_fp8_close(o8, fp8_static_quant_ref(wide, s_o), wide, s_o, min_equal=0.90)
+    op8 = torch.ops.graphfuse.attention_fp8(*args, s_o)  # the op reaches the same kernel
+    assert torch.equal(op8.view(torch.uint8), o8.view(torch.uint8))
+    assert len(ws_calls) == n0 + 3, c
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ws_matches_reference(seed: int, ws_calls: list) -> None:
+    for c in _cases(8, seed):
+        _run_case(c, ws_calls)
+
+
+def test_ws_and_triton_kernel_agree(ws_calls: list) -> None:
+    """The same call through both kernels (``WS`` off): 16-bit outputs within rounding."""
+    from graphfuse.triton.attention_ops import run
+
+    c = next(_cases(1, 5))
+    c.update(sq=256, skv=256, causal="top_left", layout="bhsd", mem="bshd")
+    q, k, v = _inputs(c)
+    args = (q, k, v, None, None, None, None, "top_left", None, "bhsd", "default")
+    a = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
+    b = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
+    run(*args, a, 0)
+    run(*args, b, 0, config={"WS": False})
+    assert len(ws_calls) == 1
+    assert (a.float() - b.float()).abs().max().item() < 2e-2 * b.float().abs().max().item()
+
+
+def test_ws_cuda_graph(ws_calls: list) -> None:
+    from graphfuse.triton.attention_ops import run
+
+    c = dict(b=1, hq=8, hkv=2, sq=256, skv=256, d=128, dtype=torch.bfloat16, mem="bhsd", seed=3)
+    q, k, v = _inputs(c)
+    args = (q, k, v, None, None, None, None, "top_left", None, "bhsd", "default")
+    s_o = torch.tensor([0.01], device="cuda")
+    out = torch.empty(q.shape, dtype=FP8, device="cuda")
+    run(*args, out, 1, s_o)  # compile outside the capture
+    torch.cuda.synchronize()
+    expect = out.clone()
+    out.view(torch.uint8).fill_(0xFF)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run(*args, out, 1, s_o)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.uint8), expect.view(torch.uint8))
+    assert len(ws_calls) == 2
