@@ -70,8 +70,8 @@ ROWS = {
         ("w4_s2", {**W4, "num_stages": 2}, False), ("w4_rev0", {**W4, "REV_M": 0}, False)]),
     "fp8": dict(inputs="fp8", precision="default", kind=1, baseline="sdpa_quant", target=0.95,
                 stretch=1.1, variants=[
-        ("default", {}, Q), ("vt", dict(VT=True), Q), ("v16", V16, Q), ("lazy", dict(LAZY=8.0), Q),
-        ("lmma", LM, Q),
+        ("default", {}, Q), ("ws8", dict(WS=True, WS8=True), Q), ("vt", dict(VT=True), Q),
+        ("v16", V16, Q), ("lazy", dict(LAZY=8.0), Q), ("lmma", LM, Q),
         ("rev1", dict(REV_M=1), False), ("rev2", dict(REV_M=2), False), ("epi2", dict(EPI=2), Q),
         ("bn64", dict(BLOCK_N=64), False), ("m64", C64, False), ("m64_n128", C64N, False),
         ("combo", COMBO, Q), ("combo_nolazy", NOLAZY, Q), ("v16_combo", {**V16, **COMBO}, Q),
@@ -149,8 +149,13 @@ def call(
     causal="top_left",
     layout=LAYOUT,
 ):
-    """A no-argument launch of the fused op's CUDA path with knobs ``cfg``."""
+    """A no-argument launch of the fused op's CUDA path with knobs ``cfg``. A variant with
+    knobs runs the Triton kernel unless it sets ``WS`` (knobs are that kernel's; the default,
+    no knobs, takes the warp-specialised kernel where it applies)."""
     from graphfuse.triton.attention_ops import run
+
+    if cfg and "WS" not in cfg:
+        cfg = {"WS": False, **cfg}
 
     args = (x["q"], x["k"], x["v"], x["qs"], x["ks"], x["vs"], None, causal, None, layout)
     if kind == 0:

@@ -385,14 +385,17 @@ def attention_into(
     mask_kind, mask, mstr = mask_args(attn_mask, b, h, sq, skv, q)
     cfg = default_config(qk_dt, dp, sq, fast=fast, out_kind=out_kind, mask_kind=mask_kind)
     cfg.update(config or {})
+    ws, ws8 = cfg.pop("WS"), cfg.pop("WS8")
     if (
-        cfg.pop("WS")
-        and ws_eligible(q, k, v, q_scale, k_scale, v_scale, attn_mask, out, out_kind)
+        ws
+        and ws_eligible(q, k, v, attn_mask, out, out_kind, precision, ws8)
         and _gluon_hopper(q.device)
     ):
         from .attention_ws import attention_ws_into
 
-        attention_ws_into(q, k, v, causal, scale, layout, out, out_kind, out_scale)
+        attention_ws_into(
+            q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale
+        )
         return
     if cfg.pop("VT") and v.dtype == torch.float8_e4m3fn and sq > 16 and v.stride(-2) != 1:
         v = k_major(v)  # K-major FP8 V (see VT)

@@ -76,14 +76,18 @@ def rows_view(x: torch.Tensor):
     return x.as_strided((rows, width), (ss, 1)), sb // ss, rh, ch
 
 
-def ws_eligible(q, k, v, q_scale, k_scale, v_scale, attn_mask, out, out_kind) -> bool:
-    """Whether the warp-specialised Hopper kernel (``attention_ws.py``) serves this call: 16-bit
-    q / k / v without scales or masks, D of 64 or 128, Sq and Skv multiples of 128, each
-    operand addressable as one 2-D TMA view (``rows_view``), wide or FP8 output. The device
-    check (sm_90) is the launcher's."""
-    if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
+def ws_eligible(
+    q, k, v, attn_mask, out, out_kind: int, precision: str, fp8_inputs: bool = False
+) -> bool:
+    """Whether the warp-specialised Hopper kernel (``attention_ws.py``) serves this call:
+    q / k / v all 16-bit of one type, or (``fp8_inputs``, knob ``WS8``) all FP8 in the
+    default precision (16-bit P·V); dequant scales allowed; no mask; D of 64 or 128; Sq and
+    Skv multiples of 128; each operand addressable as one 2-D TMA view (``rows_view``); wide
+    or FP8 output. The device check (sm_90) is the launcher's."""
+    fp8 = torch.float8_e4m3fn
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.bfloat16, torch.float16, fp8):
         return False
-    if q_scale is not None or k_scale is not None or v_scale is not None:
+    if q.dtype == fp8 and not (fp8_inputs and precision == "default"):  # fast: FP8 P·V
         return False
     if attn_mask is not None or out_kind not in (0, 1):
         return False
@@ -93,7 +97,8 @@ def ws_eligible(q, k, v, q_scale, k_scale, v_scale, attn_mask, out, out_kind) ->
         return False
     if out_kind == 0 and out.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return False
-    return all(rows_view(t) is not None for t in (q, k, v))
+    # an FP8 v is upcast by the launcher, into a contiguous copy if its layout needs one
+    return all(rows_view(t) is not None for t in ((q, k) if v.dtype == fp8 else (q, k, v)))
 
 
 # Knobs of the prefill kernel (``_attn_fwd`` constexprs and launch options) with what they
@@ -113,14 +118,18 @@ def ws_eligible(q, k, v, q_scale, k_scale, v_scale, attn_mask, out, out_kind) ->
 #        2 the same with ``inv = g * rsqrt(sf * sf)``; 3: 2 with packed-half e2m1 codes
 #   V16: host side, default precision with FP8 v: upcast v to fp16 once per call (exact) so
 #        the kernel streams fp16 V tiles instead of converting each tile in registers
-#   WS: host side, 16-bit prefill on sm_90: the warp-specialised Gluon kernel
-#       (``attention_ws.py``) for the calls ``ws_eligible`` accepts; False keeps them here
+#   WS: host side, prefill on sm_90: the warp-specialised Gluon kernel (``attention_ws.py``)
+#       for the calls ``ws_eligible`` accepts; False keeps them here
+#   WS8: with WS, FP8 q/k/v in the default precision go there too. Off by default: on the
+#        H200 (2026-12-03) it took 1.03 ms against 1.09-1.11 ms here (1.04-1.08x SDPA + quant
+#        against 0.97-1.01x), but that kernel has no NVFP4 epilogue yet, so NVFP4 out (this
+#        kernel) would cost 1.14x the FP8-out time (must <= 1.05x)
 #   VT: host side, FP8 v stored ``[.., S, D]`` (D contiguous) and Sq > 16: copy v once per
 #       call to K-major memory (``[.., D, S]``, keys contiguous) and pass that view, the
 #       operand layout FP8 wgmma reads for P·V (Triton's MN-major FP8 P·V runs at about
 #       half speed); costs one read + write of V, which the kernel reads Sq / BLOCK_M * G times
 KERNEL_KNOBS = ("LAZY", "FAST_L", "L_MMA", "REV_M", "EPI")
-HOST_KNOBS = ("V16", "VT", "WS")
+HOST_KNOBS = ("V16", "VT", "WS", "WS8")
 
 
 def default_config(
@@ -134,7 +143,8 @@ def default_config(
 ) -> dict:
     """Every knob of a prefill launch (tuned on an H200); ``attention_into``'s ``config``
     entries override them. See ``KERNEL_KNOBS`` / ``HOST_KNOBS`` above."""
-    cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False, VT=fast, WS=True)
+    cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False, VT=fast)
+    cfg.update(WS=True, WS8=False)
     if sq <= 16:
         cfg.update(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
     elif qk_dt == torch.float8_e4m3fn:

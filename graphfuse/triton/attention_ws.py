@@ -1,4 +1,5 @@
-"""Warp-specialised fused attention for 16-bit prefill on Hopper (sm_90), written in Gluon.
+"""Warp-specialised fused attention for prefill on Hopper (sm_90), written in Gluon: 16-bit
+q / k / v, and FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit P·V).
 
 The plain Triton kernel (``attention.py``) ends every key tile in CTA-wide barriers, so its two
 warpgroups run their softmax at the same time while the tensor cores wait; on the H200 it
@@ -8,17 +9,19 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
 - a producer warp loads Q once and K / V tiles with TMA into a ring of ``STAGES`` buffers
   (mbarriers: "ready" with the byte count, "empty" released by both consumers);
 - two consumer warpgroups, each owning 64 of the CTA's 128 query rows, run ``S = Q K^T``
-  (wgmma from shared memory), the online softmax (exp2, scales folded in, 16-bit P) and
+  (wgmma from shared memory; FP8 operands on the FP8 tensor cores, both K-major), the online
+  softmax (exp2 with the softmax and dequant scales folded in, 16-bit P) and
   ``O += P V`` (P from registers) with no barrier between them, so one's softmax runs under
   the other's GEMMs; the second starts after the first's first ``Q K^T`` (an offset that
   the tensor cores' arbitration then keeps);
-- each consumer writes its rows in the output format: the input's 16-bit type or FP8
-  (``acc * (1/l) * (1/s_o)``, hardware rne + satfinite, as ``store_attention_acc``).
+- each consumer writes its rows in the output format: a 16-bit or fp32 type, or FP8
+  (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite, as ``store_attention_acc``).
+  An FP8 V is upcast to fp16 once per call on the host side (exact).
 
-``attention_config.ws_eligible`` says which calls it serves (16-bit q/k/v without scales or
-masks, D of 64 or 128, Sq and Skv multiples of 128, rows addressable as one 2-D TMA view,
-wide or FP8 output); ``attention_into`` routes those here on an sm_90 device unless
-``config={"WS": False}``. The tile shape (128 x 128, 2 stages) is fixed.
+``attention_config.ws_eligible`` says which calls it serves (no masks, D of 64 or 128, Sq
+and Skv multiples of 128, rows addressable as one 2-D TMA view, wide or FP8 output);
+``attention_into`` routes those here on an sm_90 device unless ``config={"WS": False}``.
+The tile shape (128 x 128, 2 stages) is fixed.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from .attention_config import WS_BLOCK_M, WS_BLOCK_N, out_strides, rows_view
 
 CONSUMER_REGS = gl.constexpr(240)  # per thread, each consumer warpgroup (the producer warp gets 24)
 MAXNREG = 168  # 3 warpgroups: 2 x 240 + 24 (rounded) <= 3 x 168
+FP8 = torch.float8_e4m3fn
 
 
 @gluon.jit
@@ -73,13 +77,15 @@ def _producer(
 def _consume(
     c: gl.constexpr, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready,
     kv_empty, go_bar, out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+    qs_ptr, ks_ptr, vs_ptr, scale_bits,
 ):  # fmt: skip
     """Consumer ``c``: query rows ``q_start + 64c ..`` of the CTA's block."""
     NSTAGE: gl.constexpr = k_bufs.type.shape[0]
     BN: gl.constexpr = k_bufs.type.shape[1]
     HD: gl.constexpr = k_bufs.type.shape[2]
+    K_INSTR: gl.constexpr = 256 // q_bufs.dtype.primitive_bitwidth  # 16 (16-bit), 32 (FP8)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, K_INSTR]
     )
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HD, 16]
@@ -88,6 +94,14 @@ def _consume(
     row_l: gl.constexpr = gl.SliceLayout(1, s_layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, o_layout)
 
+    # dequant scales, read on the device and folded in as the Triton kernel does
+    if scale_bits & 1:
+        qk_scale = qk_scale * gl.load(qs_ptr).to(gl.float32)
+    if scale_bits & 2:
+        qk_scale = qk_scale * gl.load(ks_ptr).to(gl.float32)
+    o_scale = gl.full([], 1.0, gl.float32)
+    if scale_bits & 4:
+        o_scale = gl.load(vs_ptr).to(gl.float32)
     first_row = q_start + c * 64
     rows = first_row + gl.arange(0, 64, layout=row_l)
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
@@ -127,7 +141,7 @@ def _consume(
     if c == 0:  # no key tile at all (bottom-right causal, Sq > Skv): release consumer 1
         mbarrier.arrive(go_bar, count=1, pred=n_tiles == 0)
     l_o = gl.convert_layout(l_i, orow_l)
-    row_scale = gl.where(l_o > 0.0, 1.0 / l_o, 0.0)  # fully masked rows give zeros
+    row_scale = gl.where(l_o > 0.0, o_scale / l_o, 0.0)  # fully masked rows give zeros
     orows = (first_row + gl.arange(0, 64, layout=orow_l)).to(gl.int64)
     ocols = gl.arange(0, HD, layout=gl.SliceLayout(0, o_layout))
     offs = gl.expand_dims(out_base + orows * sos, 1) + gl.expand_dims(ocols, 0)
@@ -144,10 +158,12 @@ def _consume(
 def _consumer0(
     out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
     out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+    qs_ptr, ks_ptr, vs_ptr, scale_bits,
 ):  # fmt: skip
     _consume(
         0, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
         out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+        qs_ptr, ks_ptr, vs_ptr, scale_bits,
     )  # fmt: skip
 
 
@@ -155,20 +171,23 @@ def _consumer0(
 def _consumer1(
     out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
     out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+    qs_ptr, ks_ptr, vs_ptr, scale_bits,
 ):  # fmt: skip
     _consume(
         1, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
         out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+        qs_ptr, ks_ptr, vs_ptr, scale_bits,
     )  # fmt: skip
 
 
 @gluon.jit
 def _ws_attn_fwd(
-    q_desc, k_desc, v_desc, out_ptr, osc_ptr,
+    q_desc, k_desc, v_desc, out_ptr, osc_ptr, qs_ptr, ks_ptr, vs_ptr, scale_bits,
     H, G, SQ, SKV, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
     qk_scale, causal, causal_off,
 ):  # fmt: skip
-    """Grid (B*H, Sq / 128), all heads' last (heaviest causal) row blocks first."""
+    """Grid (B*H, Sq / 128), all heads' last (heaviest causal) row blocks first. ``scale_bits``:
+    which of q / k / v dequant scales (1 / 2 / 4) the pointers hold."""
     HD: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
     NSTAGE: gl.constexpr = 2
@@ -190,7 +209,7 @@ def _ws_attn_fwd(
 
     q_bufs = gl.allocate_shared_memory(dt, [2, 64, HD], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dt, [NSTAGE, BN, HD], k_desc.layout)
-    v_bufs = gl.allocate_shared_memory(dt, [NSTAGE, BN, HD], v_desc.layout)
+    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NSTAGE, BN, HD], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     go_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
@@ -206,6 +225,7 @@ def _ws_attn_fwd(
     cargs = (
         out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
         out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+        qs_ptr, ks_ptr, vs_ptr, scale_bits,
     )  # fmt: skip
     pargs = (
         q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
@@ -218,10 +238,17 @@ def _ws_attn_fwd(
     )
 
 
-def attention_ws_into(q, k, v, causal, scale, layout, out, out_kind, out_scale) -> None:
-    """Launches the warp-specialised kernel (the call must be ``ws_eligible``)."""
+def attention_ws_into(
+    q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale
+) -> None:
+    """Launches the warp-specialised kernel (the call must be ``ws_eligible``). FP8 v is
+    upcast to fp16 first (exact; P·V multiplies 16-bit P and V, the default precision)."""
     b, h, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
+    if v.dtype == FP8:
+        v = v.to(torch.float16)  # keeps v's strides; a K-major V becomes contiguous rows
+        if rows_view(v) is None:
+            v = v.contiguous()
     qv, q_rb, q_rh, q_ch = rows_view(q)
     kv, kv_rb, kv_rh, kv_ch = rows_view(k)
     vv, v_rb, v_rh, v_ch = rows_view(v)
@@ -231,18 +258,28 @@ def attention_ws_into(q, k, v, causal, scale, layout, out, out_kind, out_scale) 
         if (v_rb, v_rh, v_ch) != (kv_rb, kv_rh, kv_ch):
             k = k.contiguous()
             kv, kv_rb, kv_rh, kv_ch = rows_view(k)
-    gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    ql = gl.NVMMASharedLayout.get_default_for([64, d], gdt)
-    kl = gl.NVMMASharedLayout.get_default_for([WS_BLOCK_N, d], gdt)
-    qd = TensorDescriptor(qv, list(qv.shape), list(qv.stride()), [64, d], ql)
-    kd = TensorDescriptor(kv, list(kv.shape), list(kv.stride()), [WS_BLOCK_N, d], kl)
-    vd = TensorDescriptor(vv, list(vv.shape), list(vv.stride()), [WS_BLOCK_N, d], kl)
+    qd = _descriptor(qv, 64, d)
+    kd = _descriptor(kv, WS_BLOCK_N, d)
+    vd = _descriptor(vv, WS_BLOCK_N, d)
     sob, soh, sos = out_strides(layout, b, h, sq, d)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     causal_off = 0 if causal != "bottom_right" else skv - sq
     osc = out_scale if out_kind == 1 else out
+    scales = (q_scale, k_scale, v_scale)
+    bits = sum(1 << i for i, t in enumerate(scales) if t is not None)
+    qs, ks, vs = (t if t is not None else osc for t in scales)
     _ws_attn_fwd[(b * h, sq // WS_BLOCK_M)](
-        qd, kd, vd, out, osc, h, h // hkv, sq, skv, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch,
-        sob, soh, sos, sm_scale * 1.4426950408889634, int(causal != "none"), causal_off,
+        qd, kd, vd, out, osc, qs, ks, vs, bits, h, h // hkv, sq, skv,
+        q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
+        sm_scale * 1.4426950408889634, int(causal != "none"), causal_off,
         num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
+
+
+_GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, FP8: gl.float8e4nv}
+
+
+def _descriptor(view: torch.Tensor, rows: int, d: int) -> TensorDescriptor:
+    """A TMA descriptor of ``[rows, d]`` boxes over a 2-D row view (128-byte swizzle)."""
+    layout = gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPE[view.dtype])
+    return TensorDescriptor(view, list(view.shape), list(view.stride()), [rows, d], layout)

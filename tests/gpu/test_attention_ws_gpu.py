@@ -1,7 +1,8 @@
 """The warp-specialised Hopper prefill kernel (``graphfuse/triton/attention_ws.py``) against
-the fp64 reference: 16-bit and FP8 outputs (poisoned first), both input memory orders, GQA,
-every causal form, Sq != Skv, custom scales; the calls must reach it (counted), and it must
-be capturable in a CUDA graph."""
+the fp64 reference: bf16 / fp16 / FP8 inputs (FP8 with dequant scales, knob ``WS8``), 16-bit
+and FP8 outputs (poisoned first), both input memory orders, GQA, every causal form,
+Sq != Skv, custom softmax scales; the calls must reach it (counted), and it must be
+capturable in a CUDA graph."""
 
 from __future__ import annotations
 
@@ -49,10 +50,15 @@ def _inputs(c: dict):
 
     def one(h, s):
         shape = (c["b"], h, s, c["d"]) if c["mem"] == "bhsd" else (c["b"], s, h, c["d"])
-        x = torch.randn(shape, generator=gen).to(c["dtype"]).cuda()
+        x = torch.randn(shape, generator=gen)
+        x = (x * 64 if c["dtype"] == FP8 else x).to(c["dtype"]).cuda()
         return x if c["mem"] == "bhsd" else x.transpose(1, 2)
 
-    return one(c["hq"], c["sq"]), one(c["hkv"], c["skv"]), one(c["hkv"], c["skv"])
+    q, k, v = one(c["hq"], c["sq"]), one(c["hkv"], c["skv"]), one(c["hkv"], c["skv"])
+    if c["dtype"] != FP8:
+        return q, k, v, None, None, None
+    s = (torch.tensor([1 / 64.0 * f], device="cuda") for f in (1.0, 0.5, 2.0))
+    return q, k, v, *s
 
 
 def _cases(n: int, seed: int):
@@ -68,7 +74,7 @@ def _cases(n: int, seed: int):
             sq=sq,
             skv=skv,
             d=rng.choice([64, 128]),
-            dtype=rng.choice([torch.bfloat16, torch.float16]),
+            dtype=rng.choice([torch.bfloat16, torch.float16, FP8]),
             causal=rng.choice(["none", "top_left", "bottom_right"]),
             scale=rng.choice([None, 0.3]),
             mem=rng.choice(["bhsd", "bshd"]),
@@ -81,22 +87,28 @@ def _run_case(c: dict, ws_calls: list) -> None:
     from graphfuse.ops._attention_args import out_shape
     from graphfuse.triton.attention_ops import run
 
-    q, k, v = _inputs(c)
-    args = (q, k, v, None, None, None, None, c["causal"], c["scale"], c["layout"], "default")
+    q, k, v, qs, ks, vs = _inputs(c)
+    args = (q, k, v, qs, ks, vs, None, c["causal"], c["scale"], c["layout"], "default")
     wide = attention_fp32(*args, compute_dtype=torch.float64).float()
     shape = out_shape(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
     n0 = len(ws_calls)
-    o16 = torch.full(shape, float("nan"), dtype=c["dtype"], device="cuda")
-    run(*args, o16, 0)
+    wdt = torch.bfloat16 if c["dtype"] == FP8 else c["dtype"]
+    cfg = {"WS8": True} if c["dtype"] == FP8 else None  # FP8 inputs: opt-in (knob WS8)
+    o16 = torch.full(shape, float("nan"), dtype=wdt, device="cuda")
+    run(*args, o16, 0, config=cfg)
     err = ((o16.float() - wide).norm() / wide.norm()).item()
     assert not torch.isnan(o16).any() and err < 2e-2, (c, err)
     s_o = torch.tensor([wide.abs().max().item() / 448.0], device="cuda")
     o8 = torch.full(shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
-    run(*args, o8, 1, s_o)
+    run(*args, o8, 1, s_o, config=cfg)
     assert_fp8_close(o8, fp8_static_quant_ref(wide, s_o), wide, s_o, min_equal=0.90)
-    op8 = torch.ops.graphfuse.attention_fp8(*args, s_o)  # the op reaches the same kernel
-    assert torch.equal(op8.view(torch.uint8), o8.view(torch.uint8))
-    assert len(ws_calls) == n0 + 3, c
+    if cfg is None:  # the op (default knobs) reaches the same kernel
+        op8 = torch.ops.graphfuse.attention_fp8(*args, s_o)
+        assert torch.equal(op8.view(torch.uint8), o8.view(torch.uint8))
+    assert len(ws_calls) == n0 + (2 if cfg else 3), c
+    if cfg:  # and without the knob, FP8 inputs stay on the Triton kernel
+        run(*args, o8, 1, s_o)
+        assert len(ws_calls) == n0 + 2
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -110,8 +122,8 @@ def test_ws_and_triton_kernel_agree(ws_calls: list) -> None:
     from graphfuse.triton.attention_ops import run
 
     c = next(_cases(1, 5))
-    c.update(sq=256, skv=256, causal="top_left", layout="bhsd", mem="bshd")
-    q, k, v = _inputs(c)
+    c.update(dtype=torch.bfloat16, sq=256, skv=256, causal="top_left", layout="bhsd", mem="bshd")
+    q, k, v, _, _, _ = _inputs(c)
     args = (q, k, v, None, None, None, None, "top_left", None, "bhsd", "default")
     a = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
     b = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
@@ -125,7 +137,7 @@ def test_ws_cuda_graph(ws_calls: list) -> None:
     from graphfuse.triton.attention_ops import run
 
     c = dict(b=1, hq=8, hkv=2, sq=256, skv=256, d=128, dtype=torch.bfloat16, mem="bhsd", seed=3)
-    q, k, v = _inputs(c)
+    q, k, v, _, _, _ = _inputs(c)
     args = (q, k, v, None, None, None, None, "top_left", None, "bhsd", "default")
     s_o = torch.tensor([0.01], device="cuda")
     out = torch.empty(q.shape, dtype=FP8, device="cuda")

@@ -10,6 +10,7 @@ import torch
 from graphfuse.triton.attention_config import rows_view, ws_eligible
 
 BF16 = torch.bfloat16
+FP8 = torch.float8_e4m3fn
 
 
 def _bhsd(b, h, s, d, dtype=BF16):
@@ -54,34 +55,37 @@ def test_rows_view_refuses_what_tma_cannot_read() -> None:
     assert rows_view(off) is None
 
 
-def _args(q, k=None, v=None, **kw):
+def _args(q, k=None, v=None, attn_mask=None, out_kind=1, precision="default", fp8=True):
     k = q if k is None else k
     v = k if v is None else v
-    a = dict(q_scale=None, k_scale=None, v_scale=None, attn_mask=None, out_kind=1)
-    a.update(kw)
-    out = torch.empty(q.shape, dtype=torch.float8_e4m3fn if a["out_kind"] else q.dtype)
-    return (q, k, v, a["q_scale"], a["k_scale"], a["v_scale"], a["attn_mask"], out, a["out_kind"])
+    wide = q.dtype if q.dtype != FP8 else torch.float16
+    out = torch.empty(q.shape, dtype=FP8 if out_kind else wide)
+    return (q, k, v, attn_mask, out, out_kind, precision, fp8)
 
 
-def test_ws_eligible_accepts_16bit_prefill() -> None:
-    for dtype in (BF16, torch.float16):
-        q = _bhsd(1, 4, 256, 128, dtype)
-        k = _bshd(1, 2, 384, 128, dtype)
+def test_ws_eligible_accepts_16bit_and_fp8_prefill() -> None:
+    for dtype in (BF16, torch.float16, FP8):
+        q = _bhsd(1, 4, 256, 128, BF16).to(dtype)
+        k = _bshd(1, 2, 384, 128, BF16).to(dtype)
         assert ws_eligible(*_args(q, k))
         assert ws_eligible(*_args(q, k, out_kind=0))
+    q8 = _bhsd(1, 4, 256, 128).to(FP8)
+    v_kmajor = q8.transpose(-1, -2).contiguous().transpose(-1, -2)  # keys contiguous
+    assert ws_eligible(*_args(q8, q8, v_kmajor))  # the launcher upcasts V into rows
+    assert not ws_eligible(*_args(q8, fp8=False))  # FP8 inputs only with knob WS8
 
 
 @pytest.mark.parametrize(
     "case",
-    ["fp8", "scale", "mask", "nvfp4", "d80", "sq", "skv", "mixed", "out8_as_wide"],
+    ["fp8_fast", "mixed_fp8", "mask", "nvfp4", "d80", "sq", "skv", "mixed", "out8_as_wide"],
 )
 def test_ws_eligible_refuses(case: str) -> None:
     q = _bhsd(1, 4, 256, 128)
     args = _args(q)
-    if case == "fp8":
-        args = _args(q.to(torch.float8_e4m3fn))
-    elif case == "scale":
-        args = _args(q, q_scale=torch.ones(1))
+    if case == "fp8_fast":  # FP8 P·V: the Triton kernel's
+        args = _args(q.to(FP8), precision="fast")
+    elif case == "mixed_fp8":
+        args = _args(q.to(FP8), q.to(FP8), q)
     elif case == "mask":
         args = _args(q, attn_mask=torch.ones(256, 256, dtype=torch.bool))
     elif case == "nvfp4":
@@ -95,5 +99,6 @@ def test_ws_eligible_refuses(case: str) -> None:
     elif case == "mixed":
         args = _args(q, q.half())
     elif case == "out8_as_wide":  # a wide output must be a 16/32-bit float tensor
-        args = (*_args(q)[:-1], 0)
+        q_, k_, v_, m_, out8, _, prec, fp8 = _args(q)
+        args = (q_, k_, v_, m_, out8, 0, prec, fp8)
     assert not ws_eligible(*args)
