@@ -154,6 +154,9 @@ def _consume(
         gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty))
 
 
+# One entry per consumer: ``c`` must be a compile-time constant (it picks the Q buffer, the
+# row block and which side of the start offset a consumer is on), and arguments passed through
+# ``warp_specialize`` arrive as run-time values.
 @gluon.jit
 def _consumer0(
     out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
