@@ -15,11 +15,14 @@ Here the roles are split as FlashAttention-3 does:
   first ``Q K^T`` is done (a half-iteration offset that the tensor core's arbitration then
   keeps).
 
-Restricted to what the experiment needs (bf16, contiguous ``[B, H, S, D]``, S % 128 == 0,
-D = 128, causal or not); the output is bf16 ``[B, H, S, D]``. Checked against SDPA and timed
-next to it and the fused kernel in one process.
+This is the experiment as it ran on 2026-12-03 (``results/prefill_gluon.json``); the kernel
+the op uses grew out of it: ``graphfuse/triton/attention_ws.py`` (any causal form, GQA
+layouts, scales, FP8 inputs, FP8 output). Restricted to what the experiment needs (bf16,
+contiguous ``[B, H, S, D]``, S % 128 == 0, D = 128, causal or not); the output is bf16
+``[B, H, S, D]``. Checked against SDPA and timed next to it and the fused kernel in one
+process.
 
-    python benchmarks/prefill_gluon.py --json OUT.json
+    python benchmarks/prefill_gluon.py [--json OUT.json] [--only REGEX]
 """
 
 from __future__ import annotations
@@ -257,7 +260,7 @@ def main() -> None:
     from triton.testing import do_bench
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", default=str(HERE / "results" / "prefill_gluon.json"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default=None, help="regex over variant names")
     args = ap.parse_args()

@@ -18,7 +18,7 @@ Every variant's output is compared with SDPA's (bf16); the times are ``do_bench`
 interleaved over rounds, next to the faster SDPA backend and the fused kernel (bf16 in,
 bf16 out and FP8 out).
 
-    python benchmarks/prefill_minimal.py --json OUT.json
+    python benchmarks/prefill_minimal.py [--json OUT.json] [--only REGEX]
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def main() -> None:
     from triton.testing import do_bench
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", default=str(HERE / "results" / "prefill_minimal.json"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default=None, help="regex over variant names")
     args = ap.parse_args()
