@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import fx
+from torch.fx.immutable_collections import immutable_list
 
 _DIM_NAMES = frozenset({"dim", "dims", "dim0", "dim1", "start_dim", "end_dim", "source"})
 _NO_DEFAULT = object()
@@ -73,9 +74,40 @@ def canonical_dim(d: Any, rank: int | None) -> Any:
         return d
     if isinstance(d, int) and not isinstance(d, bool):
         return d + rank if d < 0 else d
-    if isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
-        return type(d)(x + rank if x < 0 else x for x in d)
+    if isinstance(d, (list, tuple)):
+        kind = type(d)
+        if _INT.issuperset(map(type, d)):  # plain ints (the common case): no generator
+            if not d or min(d) >= 0:
+                return d  # nothing to change: the object itself
+            if kind not in _IMMUTABLE:
+                return kind([x + rank if x < 0 else x for x in d])
+            # fx's immutable_list is slow to build (about 2 us): one per value and rank
+            key = (kind, tuple(d), rank)
+            got = _CANONICAL.get(key)
+            if got is None:
+                got = _CANONICAL[key] = kind([x + rank if x < 0 else x for x in d])
+            return got
+        if all(isinstance(x, int) for x in d):
+            return kind(x + rank if x < 0 else x for x in d)
     return d
+
+
+def needs_rank(d: Any) -> bool:
+    """Whether ``canonical_dim(d, rank)`` may differ from ``d`` (a negative dim in it):
+    where not, the rank need not be looked up."""
+    t = type(d)
+    if t is int:
+        return d < 0
+    if d is None:
+        return False
+    if (t is list or t is tuple or t is immutable_list) and _INT.issuperset(map(type, d)):
+        return bool(d) and min(d) < 0
+    return True
+
+
+_INT = frozenset((int,))
+_IMMUTABLE = frozenset((tuple, immutable_list))
+_CANONICAL: dict[tuple, Any] = {}  # (type, dims, rank) -> immutable canonical dims
 
 
 def normalize(node: fx.Node) -> list[Any]:

@@ -3,13 +3,17 @@
 On the fast path (no tracer) the engine matches a :class:`P.Call` at a node of a given
 target with one generated function per (pattern, target): the target's argument plan is
 unrolled into straight-line code, single-way leaves (captures, wildcards, literals, typed
-captures) are tested inline, and only the arguments that may match in several ways call
-a sub-matcher: the *entry* of the argument's pattern for the argument's target (see
-"entries" below), chained by continuations. The generated function keeps the engine's
-contract (``fn(value, st, where, k)``: ``k()`` per way, state undone on failure, True as
-soon as a ``k()`` accepts) and finds what the traced path (``m``) finds, in the same
-order: the same bindings, tags, chains, dims and solutions, with no more visits (a way
-whose first op cannot match the value is skipped unvisited;
+captures) are tested inline, and the arguments that walk into the graph follow in order.
+One that matches in at most one way is matched straight on: a call of one exact target
+is inlined (its own tests, nodes and arguments, recursively), anything else calls its
+*entry* (the function matching its pattern at the argument's target, see
+:mod:`graphfuse._entries`) with a continuation that accepts at once. Only an argument
+that may match in several ways calls its entry with a continuation holding the
+arguments after it. The generated function keeps the engine's contract (``fn(value, st,
+where, k)``: ``k()`` per way, state undone on failure, True as soon as a ``k()``
+accepts) and finds what the traced path (``m``) finds, in the same order: the same
+bindings, tags, chains, dims, nodes and solutions, with no more visits (a way whose
+first op cannot match the value is skipped unvisited;
 ``tests/fuzz/test_fast_path_equivalence.py`` compares the two).
 
 Example of what is generated, for ``P.op(aten.mul.Tensor, P.op(aten.neg, x), P.scalar("c"))``
@@ -27,7 +31,9 @@ at ``aten.mul.Tensor`` (simplified)::
             <"c" must be a scalar; bind it>
             a = args[0]
             <f = the neg pattern's entry for a's target; break if a cannot start it>
-            if f(a, st, (value, 0), k):
+            if not f(a, st, (value, 0), TRUE):   # (one way: no continuation)
+                break
+            if k():
                 return True
         st.undo(mark)
         return False
@@ -40,100 +46,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import fx
 
 from . import dsl as P
-from ._matcher import _first_set, _ids_may, _literal_equal, _type_ok
+from ._args import arg_spec
+from ._leafcode import _ARGS, _define, _leaf, _Source
+from ._matcher import _first_set, _one_way, _simple
 from .dsl import _target_repr
-
-_ONCE = (None,)
-# fx.Node.args is a Python property returning ``_args``: read the slot where it is only that
-_ARGS = (
-    "_args"
-    if getattr(getattr(fx.Node, "args", None), "fget", None) is not None
-    and fx.Node.args.fget.__code__.co_names == ("_args",)
-    else "args"
-)
-_SYMS = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
-class _Source:
-    """Lines of Python with indentation, plus the constants they name."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        # what leaf tests name (see _leaf)
-        self.consts: dict[str, Any] = dict(
-            Node=fx.Node,
-            Tensor=torch.Tensor,
-            SYMS=_SYMS,
-            ONCE=_ONCE,
-            literal_equal=_literal_equal,
-            type_ok=_type_ok,
-        )
-        self.depth = 1
-
-    def emit(self, line: str) -> None:
-        self.lines.append("    " * self.depth + line)
-
-    def const(self, value: Any, stem: str = "K") -> str:
-        name = f"{stem}{len(self.consts)}"
-        self.consts[name] = value
-        return name
-
-
-def _leaf(src: _Source, pat: P.Pattern, var: str, where: str) -> None:
-    """Statements matching the single-way leaf ``pat`` at ``var``; ``break`` on failure."""
-    kind = type(pat)
-    if kind is P.Wildcard:
-        src.emit("st.visits += 1")
-    elif kind is P.Capture:
-        src.emit("st.visits += 1")
-        if pat.kind == "tensor":  # type: ignore[attr-defined]
-            src.emit(f"if not isinstance({var}, Node):")
-            src.emit("    break")
-            src.emit(f"v = {var}.meta.get('val')")
-            src.emit("if v is not None and not isinstance(v, Tensor):")
-            src.emit("    break")
-        elif pat.kind == "scalar":  # type: ignore[attr-defined]
-            src.emit(
-                f"if not (isinstance({var}, (int, float, bool)) or (isinstance({var}, Node) "
-                f"and isinstance({var}.meta.get('val'), SYMS))):"
-            )
-            src.emit("    break")
-        name = repr(pat.name)  # type: ignore[attr-defined]
-        src.emit(f"if {name} in binds:")
-        src.emit(f"    o = binds[{name}]")
-        src.emit(
-            f"    if not (o is {var} if isinstance(o, Node) or isinstance({var}, Node) "
-            f"else o == {var}):"
-        )
-        src.emit("        break")
-        src.emit("else:")
-        src.emit(f"    binds[{name}] = {var}")
-        src.emit(f"    trail.append((binds, {name}))")
-    elif kind is P.Literal:
-        src.emit("st.visits += 1")
-        lit = pat.value  # type: ignore[attr-defined]
-        c = src.const(lit, "L")
-        if isinstance(lit, (list, tuple)):
-            # fx holds lists as immutable_list: equal items are equal lists (literal_equal)
-            items = src.const(list(lit), "LL")
-            quick = f"isinstance({var}, (list, tuple)) and list({var}) == {items}"
-        else:
-            quick = f"{var}.__class__ is {src.const(type(lit), 'LC')} and {var} == {c}"
-        src.emit(f"if not ({quick}) and not literal_equal({c}, {var}, {where}):")
-        src.emit("    break")
-    elif kind is P.Typed and type(pat.inner) in (P.Capture, P.Wildcard):  # type: ignore[attr-defined]
-        src.emit("st.visits += 1")
-        _leaf(src, pat.inner, var, where)  # type: ignore[attr-defined]
-        _typed(src, pat, var)  # type: ignore[arg-type]
-    else:  # lists, typed literals: the leaf object's own single-way match
-        from ._engine import compiled
-
-        c = src.const(compiled(pat), "C")
-        src.emit(f"if not {c}.one({var}, st, {where}):")
-        src.emit("    break")
 
 
 def _fetch(src: _Source, child: Any, first: Any, var: str, fail: str) -> None:
@@ -167,84 +85,177 @@ def _fetch(src: _Source, child: Any, first: Any, var: str, fail: str) -> None:
     src.emit(f"    {fail}")
 
 
-def _typed(src: _Source, pat: P.Typed, var: str) -> None:
-    """``_type_ok`` inline for dtype and rank; shapes and devices through it."""
-    if pat.shape or pat.device is not None:
-        src.emit(f"if not type_ok({src.const(pat, 'T')}, {var}, st):")
-        src.emit("    break")
-        return
-    src.emit(f"v = {var}.meta.get('val') if isinstance({var}, Node) else None")
-    src.emit("if not isinstance(v, Tensor):")
-    src.emit("    break")
-    if pat.dtype is not None:
-        src.emit(f"if v.dtype not in {src.const(pat.dtype, 'DT')}:")
-        src.emit("    break")
-    if pat.rank is not None:
-        src.emit(f"if v.dim() != {pat.rank!r}:")
-        src.emit("    break")
-
-
-def leaf_entry(pat: P.Pattern) -> Any:
-    """The fast function of a single-way leaf pattern (a typed capture reached by an
-    ``alt`` branch, say): the leaf inline, then ``k()``."""
-    src = _Source()
-    src.emit("trail = st.trail")
-    src.emit("binds = st.binds")
-    src.emit("mark = len(trail)")
-    src.emit("for _ in ONCE:")
-    src.depth += 1
-    _leaf(src, pat, "value", "where")
-    src.emit("if k():")
-    src.emit("    return True")
-    src.depth -= 1
-    src.emit("st.undo(mark)")
-    src.emit("return False")
-    return _define(src, "leaf", f"<graphfuse leaf {label(pat)}>")
-
-
-def _variant(src: _Source, simple: list, rest: list) -> None:
-    """One argument order: the leaves inline, then the multi-way arguments chained by
-    continuations (each through its entry for the argument's target)."""
-    from ._engine import compiled
-
+def _variant(src: _Source, simple: list, rest: list, plan: Any, dims: Any) -> None:
+    """One argument order: the leaves inline, then the other arguments in order (see
+    :func:`_rest`). ``dims``: the argument indices that ``plan`` reads as dims."""
     src.emit("for _ in ONCE:")
     src.depth += 1
     for idx, pat in simple:
         src.emit(f"a = args[{idx}]")
-        _leaf(src, pat, "a", f"(value, {idx})")
-    # continuations, innermost first: k_i matches rest[i:]
-    for i in range(len(rest) - 1, 0, -1):
-        idx, pat, first = rest[i]
-        nxt = "k" if i == len(rest) - 1 else f"k{i + 1}"
-        src.emit(f"def k{i}():")
-        src.depth += 1
-        src.emit(f"a = args[{idx}]")
-        _fetch(src, compiled(pat), first, "a", "return False")
-        src.emit(f"return f(a, st, (value, {idx}), {nxt})")
-        src.depth -= 1
-    if not rest:
-        src.emit("if k():")
-        src.emit("    return True")
-    else:
-        idx, pat, first = rest[0]
-        nxt = "k" if len(rest) == 1 else "k1"
-        src.emit(f"a = args[{idx}]")
-        _fetch(src, compiled(pat), first, "a", "break")
-        src.emit(f"if f(a, st, (value, {idx}), {nxt}):")
-        src.emit("    return True")
+        _leaf(src, pat, "a", f"(value, {idx})", ("rank", plan, "value") if idx in dims else None)
+    _rest(src, rest, 0)
     src.depth -= 1
 
 
-# --------------------------------------------------------------------------- entries
-# The function that matches a compiled pattern at a call node depends on the node's
-# target only: a call's generated function for that target; for an ``alt`` or ``maybe``
-# resolved by the target (see ``_engine._resolution``), the final matcher's entry behind
-# the tags, chains and visits the wrappers record; for an ``alt`` with several branches
-# at the target, those branches' entries in turn. Cached per (matcher, target) in a
-# table: the matcher's own (``matcher.table``, where a target the pattern cannot start at
-# costs a visit, as walking into it would), or, for generated code, one per child
-# matcher in ``_TABLES`` where such a target gives None (no visit: the first-set test).
+def _rest(src: _Source, rest: list, i: int) -> None:
+    """Statements matching ``rest[i:]`` (arguments that walk into the graph), then
+    ``k()``, inside a block that ``break`` leaves on failure. An argument that matches
+    in at most one way is matched straight on (:func:`_one_way_arg`); one that may match
+    in several ways calls its entry with a continuation holding the arguments after it
+    (``k<n>``, which undoes its own changes on failure)."""
+    from ._engine import compiled
 
+    for j in range(i, len(rest)):
+        idx, pat, first = rest[j]
+        src.emit(f"a = args[{idx}]")
+        if _one_way(pat):
+            _one_way_arg(src, pat, first, f"(value, {idx})")
+            continue
+        nxt = "k"
+        if j + 1 < len(rest):
+            nxt = f"k{src.fresh()}"
+            src.emit(f"def {nxt}():")
+            src.depth += 1
+            src.emit("km = len(trail)")
+            src.emit("for _ in ONCE:")
+            src.depth += 1
+            _rest(src, rest, j + 1)
+            src.depth -= 1
+            src.emit("st.undo(km)")
+            src.emit("return False")
+            src.depth -= 1
+        _fetch(src, compiled(pat), first, "a", "break")
+        src.emit(f"if f(a, st, (value, {idx}), {nxt}):")
+        src.emit("    return True")
+        src.emit("break")
+        return
+    src.emit("if k():")
+    src.emit("    return True")
+
+
+# Calls inlined into one generated function: shared sub-patterns repeat, and a chain of
+# shared calls nests one block per call (Python allows 100 levels of indentation).
+_INLINE_BUDGET = 64
+
+
+def _one_way_arg(src: _Source, pat: P.Pattern, first: Any, where: str) -> None:
+    """Statements matching ``pat`` (at most one way) at ``a``; ``break`` on failure,
+    leaving what it added for the enclosing block's undo. A call of one exact target is
+    inlined (:func:`_inline`); anything else calls its entry with a continuation that
+    accepts at once (its one way, if any, then stays in the state)."""
+    from ._engine import compiled
+
+    target = _inline_target(pat)
+    if target is not None and src.inlined < _INLINE_BUDGET:
+        src.inlined += 1
+        _inline(src, compiled(pat), target, "a")
+        return
+    _fetch(src, compiled(pat), first, "a", "break")
+    src.emit(f"if not f(a, st, {where}, TRUE):")
+    src.emit("    break")
+
+
+def _inline_target(pat: P.Pattern) -> Any:
+    """The target of a call pattern that can be inlined: one way, one exact target (the
+    plan, and so the code, is known before the node is), every argument present."""
+    if type(pat) is not P.Call or len(pat.targets) != 1 or not _one_way(pat):
+        return None
+    target = pat.targets[0]
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return None
+    from ._engine import compiled
+
+    plan = compiled(pat).plan_for(target)
+    return target if plan is not None and plan.missing is None else None
+
+
+def _inline(src: _Source, call: Any, target: Any, var: str) -> None:
+    """The code of ``call``'s generated function at ``target`` (see :func:`generate`),
+    inline at the value in ``var``: the same tests, bindings, nodes and visits in the
+    same order, ``break`` on failure. The pattern matches in at most one way, so its
+    arguments follow straight on; the first-set test (``target`` alone) fails without a
+    visit, as the entry lookup does."""
+    plan = call.plan_for(target)
+    n = src.fresh()
+    v, args, rank = f"v{n}", f"args{n}", f"rank{n}"
+    node = f"({var}.__class__ is Node or isinstance({var}, Node))"
+    tg = src.const(target, "TG")
+    src.emit(f"if not ({node} and {var}.op == 'call_function' and {var}.target is {tg}):")
+    src.emit("    break")
+    src.emit(f"{v} = {var}")
+    src.emit("st.visits += 1")
+    depth = src.depth
+    if call.shared:
+        ca = src.const(call, "CA")
+        src.emit(f"if ({ca}, {v}) not in st.done:")  # met before: matched at once
+        src.depth += 1
+    _prologue(src, call, v, ["break"])
+    _read_args(src, plan, v, args, rank, ["break"])
+    simple = [(i, p) for i, p in plan.pairs if _simple(p)]
+    dims = _dims_read(plan)
+    for idx, p in simple:
+        src.emit(f"a = {args}[{idx}]")
+        _leaf(src, p, "a", f"({v}, {idx})", (rank, plan, v) if idx in dims else None)
+    for idx, p in plan.pairs:
+        if not _simple(p):
+            src.emit(f"a = {args}[{idx}]")
+            _one_way_arg(src, p, _first_set(p), f"({v}, {idx})")
+    src.depth = depth
+
+
+def _prologue(src: _Source, call: Any, v: str, fail: list[str]) -> None:
+    """A call's own bindings: its name, its shared-call entry, its node."""
+    if call.name is not None:
+        name = repr(call.name)
+        src.emit(f"if {name} in binds:")
+        src.emit(f"    if binds[{name}] is not {v}:")
+        for line in fail:
+            src.emit("        " + line)
+        src.emit("else:")
+        src.emit(f"    binds[{name}] = {v}")
+        src.emit(f"    trail.append((binds, {name}))")
+    if call.shared:
+        ca = src.const(call, "CA")
+        src.emit(f"st.done[({ca}, {v})] = True")
+        src.emit(f"trail.append((st.done, ({ca}, {v})))")
+    src.emit(f"if {v} not in ns:")
+    src.emit(f"    st.nodes.append({v})")
+    src.emit(f"    ns.add({v})")
+    src.emit("    trail.append((None, None))")
+
+
+def _read_args(src: _Source, plan: Any, v: str, args: str, rank: str, fail: list[str]) -> None:
+    """``args`` = the node's arguments as the plan reads them (``rank``: the rank its
+    dims were made non-negative with, where it reads dims); ``fail`` where too few."""
+    pc = src.const(plan, "PL")
+    read = f"{pc}.read({v})" if plan.reads is not None else f"normalized({v}, st.norm)"
+    if plan.direct:
+        src.emit(f"{args} = {v}.{_ARGS}")
+        if plan.need:
+            src.emit(f"if {plan.need} > len({args}):")
+            src.emit(f"    {args} = {read}")
+            src.emit(f"    if {plan.need} > len({args}):")
+            for line in fail:
+                src.emit("        " + line)
+        return
+    if plan.reads is not None:
+        src.emit(f"{args}, {rank} = {pc}.read_ranked({v})")
+    else:
+        src.emit(f"{args} = {read}")
+    if plan.need:
+        src.emit(f"if {plan.need} > len({args}):")
+        for line in fail:
+            src.emit("    " + line)
+
+
+def _dims_read(plan: Any) -> Any:
+    """The argument indices that the plan reads as dims with a known rank."""
+    spec = arg_spec(plan.target)
+    return spec.dim_args if spec is not None and not plan.direct and plan.reads else ()
+
+
+# Generated code's entry tables, one per child matcher: id(target) -> (target, entry, or
+# None where the child cannot start at the target; see graphfuse._entries)
 _TABLES: dict[int, tuple[Any, dict]] = {}  # id(matcher) -> (matcher, {id(target): entry})
 
 
@@ -255,155 +266,45 @@ def _first_table(matcher: Any) -> dict:
     return hit[1]
 
 
-def entry(matcher: Any, table: dict, value: Any, first: Any = None) -> tuple:
-    """(target, function or None) for ``matcher`` at ``value``, cached in ``table`` under
-    the id of the value's target (of None for a value that is no call); None where
-    ``first`` (a first set) is given and excludes the value."""
-    t = value.target if isinstance(value, fx.Node) and value.op == "call_function" else None
-    if first is not None and not _ids_may(first, value):
-        fn = None
-    else:
-        fn = _entry_for(matcher, value)
-    hit = table[id(t)] = (t, fn)
-    return hit
-
-
-def _entry_for(matcher: Any, value: Any) -> Any:
-    """The function matching ``matcher`` at ``value`` (a call node: for its target; any
-    other value: for values that are no call), uncached."""
-    from ._engine import _FAIL, _CAlt, _CCall, _CMaybe, _resolution
-
-    kind = type(matcher)
-    if not (isinstance(value, fx.Node) and value.op == "call_function"):
-        # not a call: resolutions depend on that alone (``_resolution`` keys them by None)
-        if kind is _CCall:
-            return _failing(1)
-    elif kind is _CCall:
-        plan = matcher.plan_for(value.target)
-        return _failing(1) if plan is None else plan.fast
-    if kind is not _CAlt and kind is not _CMaybe:
-        return getattr(matcher, "leaf", None) or matcher.fast
-    final, tags, chains, skipped = _resolution(matcher, value)
-    if final is _FAIL:
-        return _failing(skipped)
-    if final is not matcher:
-        inner = _entry_for(final, value)
-        return _resolved(inner, tags, chains, skipped)
-    if kind is _CMaybe:
-        return matcher.walk_fast
-    ways = tuple(
-        (tag, _entry_for(branch, value)) for tag, branch, _ in matcher._fast_branches(value)
-    )
-    return _branches(ways, matcher.name)
-
-
-def _failing(skipped: int) -> Any:
-    def fail(value: Any, st: Any, where: Any, k: Any) -> bool:
-        st.visits += skipped
-        return False
-
-    return fail
-
-
-def _resolved(fn: Any, tags: tuple, chains: tuple, skipped: int) -> Any:
-    """``fn`` behind the wrappers a resolution passed through (their visits, tags and
-    empty chains)."""
-    if not tags and not chains:
-
-        def plain(value: Any, st: Any, where: Any, k: Any) -> bool:
-            st.visits += skipped
-            return fn(value, st, where, k)
-
-        return plain
-
-    src = _Source()
-    fn_name = src.const(fn, "FN")
-    src.emit(f"st.visits += {skipped}")
-    src.emit("trail = st.trail")
-    src.emit("mark = len(trail)")
-    for table, pairs in (("st.tags", tags), ("st.chains", tuple((n, ()) for n in chains))):
-        if pairs:
-            src.emit(f"table = {table}")
-        for name, value in pairs:
-            src.emit(f"table[{name!r}] = {value!r}")
-            src.emit(f"trail.append((table, {name!r}))")
-    src.emit(f"if {fn_name}(value, st, where, k):")
-    src.emit("    return True")
-    src.emit("st.undo(mark)")
-    src.emit("return False")
-    return _define(src, "tagged", f"<graphfuse tags {tags!r:.40} {chains!r:.40}>")
-
-
-def _branches(ways: tuple, name: str | None) -> Any:
-    """An ``alt`` with several branches that may start at the target: each branch's
-    entry in turn (tagged with its branch where the alt is named)."""
-
-    def branches(value: Any, st: Any, where: Any, k: Any) -> bool:
-        st.visits += 1
-        trail = st.trail
-        for tag, fn in ways:
-            mark = len(trail)
-            if name is not None:
-                st.tags[name] = tag
-                trail.append((st.tags, name))
-            if fn(value, st, where, k):
-                return True
-            st.undo(mark)
-        return False
-
-    return branches
-
-
-def generate(call: Any, plan: Any, pairs: list, swapped: list | None) -> Any:
+def generate(
+    call: Any, plan: Any, pairs: list, swapped: list | None, pre: tuple | None = None
+) -> Any:
     """The fast function of ``call`` (a ``_CCall``) at ``plan``'s target. ``pairs``:
     (argument index, pattern) in pattern order; ``swapped``: the other order of a
-    commutative call, or None."""
-    from ._engine import _normalized, _simple
+    commutative call, or None. ``pre``: the wrappers of a resolution in front of the
+    call (see :func:`_wrappers`), recorded by the same function (one call, not two)."""
+    from ._engine import _normalized
+    from ._entries import _wrappers, entry
 
     src = _Source()
-    src.consts.update(CALL=call, PLAN=plan, normalized=_normalized, ENTRY=entry)
-    src.emit("st.visits += 1")
-    if call.shared:
-        src.emit("if (CALL, value) in st.done:")
-        src.emit("    return k()")
+    src.consts.update(CALL=call, normalized=_normalized, ENTRY=entry, TRUE=_true)
+    if pre is None:
+        src.emit("st.visits += 1")
+        if call.shared:
+            src.emit("if (CALL, value) in st.done:")
+            src.emit("    return k()")
     src.emit("trail = st.trail")
     src.emit("binds = st.binds")
-    src.emit("mark = len(trail)")
-    if call.name is not None:
-        name = repr(call.name)
-        src.emit(f"if {name} in binds:")
-        src.emit(f"    if binds[{name}] is not value:")
-        src.emit("        return False")
-        src.emit("else:")
-        src.emit(f"    binds[{name}] = value")
-        src.emit(f"    trail.append((binds, {name}))")
-    if call.shared:
-        src.emit("st.done[(CALL, value)] = True")
-        src.emit("trail.append((st.done, (CALL, value)))")
     src.emit("ns = st.node_set")
-    src.emit("if value not in ns:")
-    src.emit("    st.nodes.append(value)")
-    src.emit("    ns.add(value)")
-    src.emit("    trail.append((None, None))")
+    src.emit("mark = len(trail)")
+    if pre is not None:
+        _wrappers(src, pre)
+        src.emit("st.visits += 1")
+        if call.shared:
+            src.emit("if (CALL, value) in st.done:")
+            src.emit("    if k():")
+            src.emit("        return True")
+            src.emit("    st.undo(mark)")
+            src.emit("    return False")
+    _prologue(
+        src, call, "value", ["return False"] if pre is None else ["st.undo(mark)", "return False"]
+    )
     if plan.missing is not None:
         src.emit("st.undo(mark)")
         src.emit("return False")
     else:
-        read = "PLAN.read(value)" if plan.reads is not None else "normalized(value, st.norm)"
-        if plan.direct:
-            src.emit(f"args = value.{_ARGS}")
-            if plan.need:
-                src.emit(f"if {plan.need} > len(args):")
-                src.emit(f"    args = {read}")
-                src.emit(f"    if {plan.need} > len(args):")
-                src.emit("        st.undo(mark)")
-                src.emit("        return False")
-        else:
-            src.emit(f"args = {read}")
-            if plan.need:
-                src.emit(f"if {plan.need} > len(args):")
-                src.emit("    st.undo(mark)")
-                src.emit("    return False")
+        _read_args(src, plan, "value", "args", "rank", ["st.undo(mark)", "return False"])
+        dims = _dims_read(plan)
         ways = [pairs] + ([swapped] if swapped is not None else [])
         for n, ps in enumerate(ways):
             if n:
@@ -412,10 +313,16 @@ def generate(call: Any, plan: Any, pairs: list, swapped: list | None) -> Any:
                 src.emit("inner = len(trail)")
             simple = [(i, p) for i, p in ps if _simple(p)]
             rest = [(i, p, _first_set(p)) for i, p in ps if not _simple(p)]
-            _variant(src, simple, rest)
+            _variant(src, simple, rest, plan, dims)
         src.emit("st.undo(mark)")
         src.emit("return False")
-    return _define(src, "fast", f"<graphfuse fast {label(call.pat)}>")
+    name = "fast" if pre is None else "tagged"
+    return _define(src, name, f"<graphfuse {name} {label(call.pat)}>")
+
+
+def _true() -> bool:
+    """The continuation that accepts at once (see :func:`_one_way_arg`)."""
+    return True
 
 
 def label(pat: Any, depth: int = 2) -> str:
@@ -438,14 +345,3 @@ def label(pat: Any, depth: int = 2) -> str:
         return "[" + ", ".join(label(i, depth - 1) for i in pat.items) + "]"
     text = repr(pat)
     return text if len(text) <= 40 else text[:39] + "…"
-
-
-def _define(src: _Source, name: str, filename: str) -> Any:
-    """The function ``name(value, st, where, k)`` whose body ``src`` holds."""
-    body = "\n".join(src.lines)
-    code = f"def {name}(value, st, where, k):\n{body}\n"
-    scope = dict(src.consts)
-    exec(compile(code, filename, "exec"), scope)
-    fn = scope[name]
-    fn.source = code
-    return fn

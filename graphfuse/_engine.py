@@ -13,53 +13,34 @@ first op cannot match. Both find the same matches in the same order
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from torch import fx
 
 from . import dsl as P
-from ._args import _NO_DEFAULT, _rank, arg_index, arg_spec, canonical_dim, normalize
-from ._codegen import entry, generate
+from ._args import (
+    _NO_DEFAULT,
+    _rank,
+    arg_index,
+    arg_spec,
+    canonical_dim,
+    needs_rank,
+    normalize,
+)
+from ._codegen import _first_table, generate
+from ._entries import entry
+from ._leafcode import _ARGS
 from ._leaves import _CCapture, _CListOf, _CLiteral, _CTyped, _CWildcard
 from ._matcher import (
     Cont,
     _bind,
     _first_set,
     _ids_may,
+    _one_way,
     _probe,
     _State,
 )
-
-# Every pattern is compiled once into a tree of matcher objects (one per pattern node,
-# shared sub-patterns compiled once) holding what matching needs at hand: target ids,
-# argument plans per target, first sets of children. ``node.m(value, st, where, k)``
-# calls the continuation ``k()`` each time the pattern matched (state extended), undoes
-# its own changes before trying the next way, and returns True as soon as a ``k()`` does
-# (the whole match was accepted; the state is then left as it is).
-
-
-def _one_way(pat: P.Pattern, calls: bool = True) -> bool:
-    """A pattern that matches a given value in at most one way: no alt, maybe or
-    commutative call inside. ``calls=False``: nor any call (a leaf that never walks into
-    the graph, matched inline by the fast path)."""
-    kind = type(pat)
-    if kind is P.Literal or kind is P.Wildcard or kind is P.Capture:
-        return True
-    if kind is P.Typed:
-        return _one_way(pat.inner, calls)  # type: ignore[attr-defined]
-    if kind is P.ListOf:
-        return all(_one_way(p, calls) for p in pat.items)  # type: ignore[attr-defined]
-    if kind is P.Call and calls:
-        return not pat.commutative and all(  # type: ignore[attr-defined]
-            _one_way(p)
-            for p in pat.args + tuple(v for _, v in pat.kwargs)  # type: ignore[attr-defined]
-        )
-    return False
-
-
-def _simple(pat: P.Pattern) -> bool:
-    """A pattern that matches in at most one way and never walks into the graph."""
-    return _one_way(pat, calls=False)
 
 
 class _CCall:
@@ -152,19 +133,11 @@ def _normalized(node: fx.Node, norm: dict | None) -> list:
 class _Plan:
     """How a :class:`P.Call` reads one target's arguments: (schema index, compiled pattern,
     first set) in pattern order (``items``, ``swapped``: the traced path), and ``fast``,
-    the generated function of the fast path (:mod:`graphfuse._codegen`)."""
+    the generated function of the fast path (:mod:`graphfuse._codegen`), generated on
+    first use (:meth:`code`: a call inlined into its parent's code needs only the plan)."""
 
-    __slots__ = (
-        "target",
-        "missing",
-        "need",
-        "direct",
-        "items",
-        "swapped",
-        "reads",
-        "first",
-        "fast",
-    )
+    __slots__ = ("target", "missing", "need", "direct", "items", "swapped", "reads", "first")
+    __slots__ += ("call", "pairs", "swapped_pairs", "generated", "fast")
 
     def __init__(self, call: _CCall, target: Any) -> None:
         pat = call.pat
@@ -206,12 +179,31 @@ class _Plan:
                 for i in sorted({i for i, _ in pairs})
             )
             self.first = (spec.names[0], fill[0]) if spec.names else ()
-        self.fast = generate(call, self, pairs, swapped)
+        self.call, self.pairs, self.swapped_pairs = call, pairs, swapped
+        self.generated: Any = None
+        self.fast = self._first_fast
+
+    def code(self) -> Any:
+        """The generated function (made now if not yet); ``fast`` from then on."""
+        if self.generated is None:
+            self.generated = self.fast = generate(self.call, self, self.pairs, self.swapped_pairs)
+        return self.generated
+
+    def _first_fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
+        return self.code()(value, st, where, k)
 
     def read(self, node: fx.Node) -> list:
         """``normalize(node)`` at the positions this plan reads (the others None): the
         keyword, else the positional argument, else the schema default; dims made
         non-negative with the rank of the (normalized) first argument."""
+        return self.read_ranked(node)[0]
+
+    def read_ranked(self, node: fx.Node) -> tuple[list, Any]:
+        """(:meth:`read`, the rank its dims were made non-negative with: an int, None
+        where unknown, or ``_NO_DEFAULT`` where none needed it: the rank is only looked
+        up for a dim that is not already non-negative). Generated code compares a
+        pattern's negative dim literal with that rank (``_codegen._leaf``), looking it
+        up (:meth:`rank`) where it was not."""
         args, kwargs = node.args, node.kwargs
         out: list = [None] * self.need
         rank: Any = _NO_DEFAULT
@@ -222,15 +214,20 @@ class _Plan:
                 v = args[i]
             else:
                 v = default
-            if is_dim:
+            if is_dim and not (type(v) is int and v >= 0) and needs_rank(v):
                 if rank is _NO_DEFAULT:
-                    name0, default0 = self.first
-                    rank = _rank(
-                        kwargs[name0] if name0 in kwargs else args[0] if args else default0
-                    )
+                    rank = self.rank(node)
                 v = canonical_dim(v, rank)
             out[i] = v
-        return out
+        return out, rank
+
+    def rank(self, node: fx.Node) -> int | None:
+        """The rank of ``node``'s (normalized) first argument, which makes its dims
+        non-negative."""
+        kwargs = node.kwargs
+        name0, default0 = self.first
+        args = node.args
+        return _rank(kwargs[name0] if name0 in kwargs else args[0] if args else default0)
 
 
 def _m_args(items: list, i: int, args: list, node: fx.Node, st: _State, k: Cont) -> bool:
@@ -252,6 +249,9 @@ def _m_args(items: list, i: int, args: list, node: fx.Node, st: _State, k: Cont)
 # through each wrapper, without a Python call per wrapper.
 
 _FAIL = object()  # the final matcher of a resolution that certainly fails
+# ``node.args`` of a node known to be a call (fx.Node.args is a property reading the
+# ``_args`` slot: read the slot where the property is only that)
+_args = operator.attrgetter(_ARGS)
 
 
 def _resolution(matcher: Any, value: Any) -> tuple:
@@ -285,10 +285,6 @@ class _Wrapper:
         if hit is None or hit[0] is not t:
             hit = entry(self, self.table, value)  # type: ignore[attr-defined]
         return hit[1](value, st, where, k)
-
-    def walk_fast(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
-        """The fast path where the value's target does not resolve the wrapper."""
-        return self.walk(value, st, where, k, True)
 
     def m(self, value: Any, st: _State, where: tuple | None, k: Cont) -> bool:
         if st.fast:
@@ -350,6 +346,7 @@ class _CMaybe(_Wrapper):
         "name",
         "inner",
         "inner_first",
+        "inner_table",
         "by_target",
         "res",
         "table",
@@ -359,6 +356,9 @@ class _CMaybe(_Wrapper):
         self.exact, self.packets = _first_set(_probe(pat.targets))  # type: ignore[misc]
         self.where, self.name = pat.where, pat.name
         self.inner, self.inner_first = compiled(pat.inner), _first_set(pat.inner)
+        # the inner pattern's entries by target, where it may start (see ``walk``): the
+        # table generated code keeps for the inner matcher
+        self.inner_table = _first_table(self.inner)
         # id(target) -> (target, is a chain op, the inner pattern may start at it);
         # target None for a value that is not a call
         self.by_target: dict[int, tuple[Any, bool, bool]] = {}
@@ -393,45 +393,73 @@ class _CMaybe(_Wrapper):
         return hit
 
     def walk(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
-        """The chains through the value, longest first, then the inner pattern at each."""
+        """The chains through the value, longest first, then the inner pattern at each.
+        (Per step: node arguments read from the slot, targets looked up in ``by_target``
+        directly, nodes added to the state in place; on the fast path the inner pattern
+        is called through its entry for the step's target, see ``_inner``.)"""
         st.visits += 1
+        test, name = self.where, self.name
         kind = self._kind(value)
-        inner = self.inner.fast if fast else self.inner.m
-        if not (kind[1] and value.args and (self.where is None or self.where(value))):
+        if not (kind[1] and _args(value) and (test is None or test(value))):
             # no chain: the inner pattern at the value itself
             if fast and not kind[2]:
                 return False
-            if self.name is None:
+            inner = self._inner(value, kind[0]) if fast else self.inner.m
+            if name is None:
                 return inner(value, st, where, k)
             mark = len(st.trail)
-            st.put(st.chains, self.name, ())
+            st.put(st.chains, name, ())
             if inner(value, st, where, k):
                 return True
             st.undo(mark)
             return False
-        # (value, chain passed through to reach it, the inner pattern may start at it)
-        steps: list[tuple[Any, tuple, bool]] = []
-        chain: tuple = ()
-        cur, test = value, self.where
+        # (value, chain passed through to reach it, target, the inner pattern may start)
+        by_target = self.by_target
+        steps: list[tuple[Any, tuple, Any, bool]] = [(value, (), kind[0], kind[2])]
+        chain: tuple = (value,)
+        cur = _args(value)[0]
         while True:
-            steps.append((cur, chain, kind[2]))
-            if not (kind[1] and cur.args and (test is None or test(cur))):
+            node = cur.__class__ is fx.Node or isinstance(cur, fx.Node)
+            t = cur.target if node and cur.op == "call_function" else None
+            kind = by_target.get(id(t))  # type: ignore[assignment]
+            if kind is None or kind[0] is not t:
+                kind = self._kind(cur)
+            steps.append((cur, chain, t, kind[2]))
+            if not (kind[1] and _args(cur) and (test is None or test(cur))):
                 break
             chain += (cur,)
-            cur = cur.args[0]
-            kind = self._kind(cur)
-        for inner_value, through, may in reversed(steps):  # longest chain first
+            cur = _args(cur)[0]
+        trail, ns, nodes, chains = st.trail, st.node_set, st.nodes, st.chains
+        table = self.inner_table
+        for inner_value, through, t, may in reversed(steps):  # longest chain first
             if fast and not may:
                 continue
-            mark = len(st.trail)
+            mark = len(trail)
             for n in through:
-                st.add_node(n)
-            if self.name is not None:
-                st.put(st.chains, self.name, through)
+                if n not in ns:
+                    nodes.append(n)
+                    ns.add(n)
+                    trail.append((None, None))
+            if name is not None:
+                chains[name] = through
+                trail.append((chains, name))
+            if fast:
+                hit = table.get(id(t))
+                inner = hit[1] if hit is not None and hit[0] is t else self._inner(inner_value, t)
+            else:
+                inner = self.inner.m
             if inner(inner_value, st, where if not through else (through[-1], 0), k):
                 return True
             st.undo(mark)
         return False
+
+    def _inner(self, value: Any, t: Any) -> Any:
+        """The inner pattern's entry at ``value`` (of target ``t``; None: no call), where
+        it may start: what ``self.inner.fast`` dispatches to, without the dispatch."""
+        hit = self.inner_table.get(id(t))
+        if hit is None or hit[0] is not t:
+            hit = entry(self.inner, self.inner_table, value, self.inner_first)
+        return hit[1]
 
 
 _KINDS: dict[type, Any] = {

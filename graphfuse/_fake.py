@@ -55,6 +55,12 @@ def _val_of(a: Any) -> Any:
     return a
 
 
+class _Token:
+    """Stands for one tensor metadata key (equal keys, the same token)."""
+
+    __slots__ = ()
+
+
 _SCALARS = frozenset((type(None), bool, int, float, str, torch.dtype))
 _NODE = fx.Node
 
@@ -65,10 +71,20 @@ class FakePropagator:
     def __init__(self) -> None:
         self._cache: dict[Any, tuple[Any, Any]] = {}  # key -> (target, fake value)
         self._tensor_keys: dict[int, tuple[torch.Tensor, Any]] = {}  # id(val) -> (val, key)
+        # a fake tensor's metadata key -> a token standing for it in cache keys (hashed by
+        # identity: a nested tuple of dtype, device, sizes and strides is rehashed on
+        # every lookup)
+        self._tokens: dict[Any, _Token] = {}
         # id(out) -> (out, dtype, shape) for the fake tensors this propagator made
         self._made: dict[int, tuple[torch.Tensor, torch.dtype, torch.Size]] = {}
         self.hits = 0
         self.misses = 0
+
+    def _token(self, key: Any) -> _Token:
+        token = self._tokens.get(key)
+        if token is None:
+            token = self._tokens[key] = _Token()
+        return token
 
     def _arg_key(self, a: Any) -> Any:
         """The cache key of one argument (its value's metadata); _MISSING when a node has
@@ -81,7 +97,7 @@ class FakePropagator:
             if isinstance(v, torch.Tensor):
                 hit = self._tensor_keys.get(id(v))
                 if hit is None or hit[0] is not v:
-                    hit = self._tensor_keys[id(v)] = (v, _tensor_key(v))
+                    hit = self._tensor_keys[id(v)] = (v, self._token(_tensor_key(v)))
                 return hit[1]
             return v if v is _MISSING else _key_of(v)
         if t is list or t is tuple:

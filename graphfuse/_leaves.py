@@ -11,7 +11,7 @@ import torch
 from torch import fx
 
 from . import dsl as P
-from ._codegen import leaf_entry
+from ._entries import leaf_entry
 from ._matcher import Cont, _bind, _first_set, _ids_may, _literal_equal, _State, _type_ok, _val
 
 

@@ -56,9 +56,14 @@ class Match:
     def rebound(self, binds: dict[str, Any]) -> Match:
         """This match with ``binds`` in place of its bindings (everything else shared)."""
         m = type(self).__new__(type(self))
-        for slot in self.__slots__:
-            setattr(m, slot, getattr(self, slot))
-        m.binds = binds
+        m.rule, m.roots, m.binds, m.tags, m.dims = (
+            self.rule,
+            self.roots,
+            binds,
+            self.tags,
+            self.dims,
+        )
+        m.chains, m.nodes, m.node_set, m.memo = self.chains, self.nodes, self.node_set, self.memo
         return m
 
     @property

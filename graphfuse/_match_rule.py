@@ -15,7 +15,6 @@ from ._match import Match
 from ._matcher import (
     VISITS,
     _first_set,
-    _ids_may,
     _probe,
     _State,
     _Tracer,
@@ -105,7 +104,20 @@ def _search(
     ``inline``, the first one after them that passes the checks (checked in place; those
     that fail go to ``rejected``), and the first failure met on the way."""
     st = _State(tracer, norm)
-    found: list[Match] = []
+    pats = rule.patterns
+    _ensure_stack()
+    if len(pats) == 1 and not skip and not inline:  # the common case, in one step
+        found: list[Match] = []
+        roots = (node,)
+        c = compiled(pats[0])
+        try:
+            # the first solution ends the search, state as it is: the match takes it
+            run = c.fast if st.fast else c.m
+            run(node, st, None, lambda: found.append(Match.taking(rule, roots, st)) or True)
+        finally:
+            VISITS[0] += st.visits
+        return (found[0] if found else None), None
+    found = []
     failures: list[Failure] = []
     seen = [0]
 
@@ -125,17 +137,8 @@ def _search(
         found.append(m)
         return True
 
-    pats = rule.patterns
-    _ensure_stack()
     try:
-        if len(pats) == 1 and not skip and not inline:  # the common case, in one step
-            c = compiled(pats[0])
-            roots = (node,)
-            # the first solution ends the search, state as it is: the match takes it
-            run = c.fast if st.fast else c.m
-            run(node, st, None, lambda: found.append(Match.taking(rule, roots, st)) or True)
-        else:
-            _m_roots(pats, 0, (node,), st, accept)
+        _m_roots(pats, 0, (node,), st, accept)
     finally:
         VISITS[0] += st.visits
     return (found[0] if found else None), (failures[0] if failures else None)
@@ -187,7 +190,7 @@ def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
     t = node.target
     hit = _PROBES.get((id(pat), id(t)))
     if hit is None or hit[0] is not t:
-        hit = _PROBES[(id(pat), id(t))] = (t, _probes(pat, t))
+        hit = _PROBES[(id(pat), id(t))] = (t, _merged_probes(_probes(pat, t)))
         _KEEP_ALIVE.append(pat)
     ways = hit[1]
     if ways is None:
@@ -195,12 +198,43 @@ def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
     args = node.args
     n = len(args)
     for way in ways:
-        for i, fs in way:
-            if i < n and not _ids_may(fs, args[i]):
+        for i, exact, packets in way:  # (``_ids_may``, inline)
+            if i >= n:
+                continue
+            a = args[i]
+            if not ((a.__class__ is _NODE or isinstance(a, _NODE)) and a.op == "call_function"):
+                break
+            at = a.target
+            if id(at) not in exact and not (
+                packets and id(getattr(at, "overloadpacket", None)) in packets
+            ):
                 break
         else:
             return False  # this way may match
     return True
+
+
+_NODE = fx.Node
+
+
+def _merged_probes(ways: tuple | None) -> tuple | None:
+    """``ways`` as (position, exact ids, packet ids) probes, the ways that probe a single
+    position merged into one per position (an argument that may start any of them): a
+    root ``alt`` of many spellings costs one test per argument, not one per branch."""
+    if ways is None:
+        return None
+    single: dict[int, tuple[set, set]] = {}
+    out: list[tuple] = []
+    for way in ways:
+        if len(way) == 1:
+            ((i, (exact, packets)),) = way
+            got = single.setdefault(i, (set(), set()))
+            got[0].update(exact)
+            got[1].update(packets)
+        else:
+            out.append(tuple((i, exact, packets) for i, (exact, packets) in way))
+    merged = [((i, frozenset(e), frozenset(p)),) for i, (e, p) in single.items()]
+    return tuple(merged + out)
 
 
 _KEEP_ALIVE: list[P.Pattern] = []  # ids in _PROBES stay unique while the pattern lives

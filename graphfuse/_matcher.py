@@ -198,6 +198,30 @@ def _ids_may(first: _FirstSet, value: Any) -> bool:
     )
 
 
+def _one_way(pat: P.Pattern, calls: bool = True) -> bool:
+    """A pattern that matches a given value in at most one way: no alt, maybe or
+    commutative call inside. ``calls=False``: nor any call (a leaf that never walks into
+    the graph, matched inline by the fast path)."""
+    kind = type(pat)
+    if kind is P.Literal or kind is P.Wildcard or kind is P.Capture:
+        return True
+    if kind is P.Typed:
+        return _one_way(pat.inner, calls)  # type: ignore[attr-defined]
+    if kind is P.ListOf:
+        return all(_one_way(p, calls) for p in pat.items)  # type: ignore[attr-defined]
+    if kind is P.Call and calls:
+        return not pat.commutative and all(  # type: ignore[attr-defined]
+            _one_way(p)
+            for p in pat.args + tuple(v for _, v in pat.kwargs)  # type: ignore[attr-defined]
+        )
+    return False
+
+
+def _simple(pat: P.Pattern) -> bool:
+    """A pattern that matches in at most one way and never walks into the graph."""
+    return _one_way(pat, calls=False)
+
+
 def _type_ok(pat: P.Typed, value: Any, st: _State) -> bool:
     val = _val(value)
     if not isinstance(val, torch.Tensor):

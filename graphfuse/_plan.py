@@ -148,6 +148,7 @@ class _Sweep:
         self.report = Report(rules.name, {r.name: 0 for r in rules})
         self.matches: list[Match] = []
         self.removed: set[fx.Node] = set()
+        self.blocked: set[fx.Node] = set()  # the removed nodes and their users
         self.fired: list[str] = []
         self.retry: set[tuple] = set()
         self.misses: dict[tuple[str, str], tuple[Any, fx.Node]] = {}
@@ -192,14 +193,11 @@ class _Sweep:
             progress(len(cands), len(cands))
 
     def _touches_removed(self, m: Match) -> bool:
-        removed = self.removed
-        if not removed:
-            return False
-        if not removed.isdisjoint(m.nodes):  # (chains pass through matched nodes)
-            return True
-        # Every bound node is a matched node or an argument of one (also inside a list);
-        # the arguments also hold what wildcards matched, which a check may still read.
-        return any(not removed.isdisjoint(n._input_nodes) for n in m.nodes)
+        # Every bound node is a matched node or an argument of one (also inside a list;
+        # chains pass through matched nodes); the arguments also hold what wildcards
+        # matched, which a check may still read. A matched node has a removed argument
+        # exactly when it is a user of a removed node: ``blocked`` holds both kinds.
+        return not self.blocked.isdisjoint(m.nodes)
 
     def _escapes_to_removed(self, m: Match) -> bool:
         removed = self.removed
@@ -211,6 +209,8 @@ class _Sweep:
         to the replacement with the root's other users)."""
         removed, node_set, root = self.removed, m.node_set, m.root
         removed.update(node_set)
+        # (the input graph is not edited during the sweep: users stay as they are)
+        self.blocked.update(node_set, *[n.users for n in m.nodes])
         if not self.asserts:
             return
         for n in m.nodes:
@@ -219,6 +219,7 @@ class _Sweep:
             for u in n.users:
                 if u not in node_set and is_metadata_assert(u):
                     removed.add(u)
+                    self.blocked.update((u,), u.users)
 
 
 class _Mentions:
@@ -271,7 +272,7 @@ def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, seen:
     binds = {}
     for k, v in m.binds.items():
         if type(v) is fx.Node:
-            v = copied(v)
+            v = v if v in node_set else val_map[v]  # (copied, inline: most binds are nodes)
         elif isinstance(v, _SEQ) and _nodes_in(v):  # (a list without nodes stays as is)
             v = _map_arg(v, copied)
         binds[k] = v

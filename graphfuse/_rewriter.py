@@ -58,11 +58,10 @@ class Builder:
         if isinstance(target, _PACKET):
             target = target.default
         graph = self.graph
-        foreign: list[fx.Node] = []
-        _map_arg((args, kwargs), lambda n: n if n.graph is graph else foreign.append(n))
-        if foreign:
+        foreign = _first_foreign(args, kwargs, graph)
+        if foreign is not None:
             raise RewriteError(
-                f"the replacement's argument {foreign[0].name} is a node of another graph"
+                f"the replacement's argument {foreign.name} is a node of another graph"
             )
         node = create_call(graph, target, args, kwargs)  # (a fresh tuple and dict)
         self.created.append(node)
@@ -80,6 +79,28 @@ class Builder:
         import operator
 
         return self.call(operator.getitem, node, index)
+
+
+_SCALARS = frozenset((int, float, bool, str, type(None), torch.dtype, torch.device))
+
+
+def _first_foreign(args: tuple, kwargs: dict, graph: fx.Graph) -> fx.Node | None:
+    """The first node among ``args`` and ``kwargs`` (in ``map_arg`` order) that is not
+    a node of ``graph``, or None. Plain positional arguments (nodes and scalars, as a
+    fused call's are) are looked at directly, anything else through ``map_arg``."""
+    for a in args:
+        t = type(a)
+        if t is fx.Node:
+            if a.graph is not graph:
+                return a
+        elif t not in _SCALARS:
+            break
+    else:
+        if not kwargs:
+            return None
+    found: list[fx.Node] = []
+    _map_arg((args, kwargs), lambda n: n if n.graph is graph else found.append(n))
+    return found[0] if found else None
 
 
 def _as_tuple(out: Any, n: int, rule: str) -> tuple[fx.Node, ...]:

@@ -59,7 +59,7 @@ def _collect_targets(pat: Any, out: set[Any], seen: set[int] | None = None) -> N
         _collect_targets(child, out, seen)
 
 
-_KEY = operator.itemgetter(0, 1, 2)
+_SORT_KEY = operator.attrgetter("_sort_key")
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,10 +100,15 @@ class Rule:
     doc: str = ""
     local: bool = False
     location: tuple[str, int] = field(default=("", 0), compare=False)
+    # ``pattern`` as a tuple (one pattern per root), made once: matching reads it at every
+    # candidate
+    patterns: tuple[P.Pattern, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.location == ("", 0):
             object.__setattr__(self, "location", _caller_location(3))
+        pats = self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
+        object.__setattr__(self, "patterns", pats)
         for p in self.patterns:
             if not isinstance(p, P.Pattern):
                 raise TypeError(f"rule {self.name}: pattern must be a dsl Pattern, got {p!r}")
@@ -111,10 +116,6 @@ class Rule:
         if not self.doc:
             fn_doc = (getattr(self.rewrite, "__doc__", None) or "").strip()
             object.__setattr__(self, "doc", fn_doc.splitlines()[0] if fn_doc else "")
-
-    @property
-    def patterns(self) -> tuple[P.Pattern, ...]:
-        return self.pattern if isinstance(self.pattern, tuple) else (self.pattern,)
 
     @property
     def where(self) -> str:
@@ -148,6 +149,7 @@ class RuleSet:
         self._mentioned: tuple[frozenset[int], set[Any]] | None = None
         self._exact: dict[Any, list[Rule]] = {}
         self._packets: dict[Any, list[Rule]] = {}
+        self._ranked: tuple[int, dict[Rule, int], dict[int, tuple]] | None = None  # _ranks
         for rule in self.rules:
             for t in dict.fromkeys(anchor_targets(rule.patterns[0])):
                 table = self._packets if isinstance(t, torch._ops.OpOverloadPacket) else self._exact
@@ -187,32 +189,57 @@ class RuleSet:
     def sweep_order(self, graph: torch.fx.Graph) -> list[tuple[Rule, torch.fx.Node]]:
         """The candidates, each once, in the order a sweep visits them: higher rule
         priority first, then position in the graph, then the rule's place in the set."""
-        rank = {r: (-r.priority, i) for i, r in enumerate(self.rules)}
-        keyed = []
-        for nodes, rules in self._tables(graph):
-            for r in rules:
-                p, i = rank[r]
-                keyed += [(p, n._sort_key, i, r, n) for n in nodes]
-        keyed.sort(key=_KEY)  # (the rule and node are never compared: keys are unique)
-        out: list[tuple[Rule, torch.fx.Node]] = []
-        last = None
-        for *_, r, n in keyed:
-            if n is not last or out[-1][0] is not r:  # a rule met through two targets
-                out.append((r, n))
-            last = n
-        return out
+        # Not one sort of (priority, position, place) keys (about 30 us a block in
+        # Inductor's IR, most of a sweep's bookkeeping): the candidate nodes are sorted
+        # once, by position, and each (rule, node) pair is dealt into its priority's list
+        # in that order, a node's rules in set order (as the tables keep them).
+        levels, place, _ = self._ranks()
+        found: dict[torch.fx.Node, tuple] = {}
+        for nodes, pairs in self._tables(graph):
+            for n in nodes:
+                got = found.get(n)
+                # a node met through two targets (an exact one and its packet): both
+                # tables' rules, each once, in set order
+                found[n] = (
+                    pairs
+                    if got is None
+                    else tuple(sorted(set(got) | set(pairs), key=lambda p: place[p[1]]))
+                )
+        dealt: list[list[tuple[Rule, torch.fx.Node]]] = [[] for _ in range(levels)]
+        for n in sorted(found, key=_SORT_KEY):
+            for level, r in found[n]:
+                dealt[level].append((r, n))
+        return [c for level in dealt for c in level]
 
-    def _tables(self, graph: torch.fx.Graph) -> Iterator[tuple[list, list[Rule]]]:
-        """(nodes, rules) for each target the set is indexed by."""
+    def _ranks(self) -> tuple[int, dict[Rule, int], dict[int, tuple]]:
+        """(the number of distinct priorities, each rule's place in the set, and for each
+        table's rule list (by id) its rules as (their priority's rank, highest first; the
+        rule)), made once."""
+        if self._ranked is None:
+            prios = sorted({r.priority for r in self.rules}, reverse=True)
+            level = {p: i for i, p in enumerate(prios)}
+            ranked = {
+                id(rules): tuple((level[r.priority], r) for r in rules)
+                for table in (self._exact, self._packets)
+                for rules in table.values()
+            }
+            self._ranked = (len(prios), {r: i for i, r in enumerate(self.rules)}, ranked)
+        return self._ranked
+
+    def _tables(self, graph: torch.fx.Graph) -> Iterator[tuple[list, tuple]]:
+        """(nodes, rules) for each target the set is indexed by; the rules in set order,
+        each as (its priority's rank, the rule) (see :meth:`_ranks`)."""
+        ranked = self._ranks()[2]
         for target, rules in self._exact.items():
-            yield graph.find_nodes(op="call_function", target=target, sort=False), rules
+            nodes = graph.find_nodes(op="call_function", target=target, sort=False)
+            yield nodes, ranked[id(rules)]
         for packet, rules in self._packets.items():
             for ovl in packet.overloads():
                 nodes = graph.find_nodes(
                     op="call_function", target=getattr(packet, ovl), sort=False
                 )
-                yield nodes, rules
+                yield nodes, ranked[id(rules)]
 
     def candidates(self, graph: torch.fx.Graph) -> list[tuple[Rule, torch.fx.Node]]:
         """(rule, node) pairs to try, found through the graph's op index (no full scan)."""
-        return [(r, n) for nodes, rules in self._tables(graph) for n in nodes for r in rules]
+        return [(r, n) for nodes, rules in self._tables(graph) for n in nodes for _, r in rules]

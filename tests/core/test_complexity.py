@@ -226,3 +226,20 @@ def test_planned_apply_copies_only_what_survives(monkeypatch: pytest.MonkeyPatch
         extra[n] = made["nodes"] - len(out.nodes) - n
     assert extra[10] == extra[40] <= 2, extra
     assert visits[40] <= 4.2 * visits[10], visits
+
+
+def test_sweep_order_keys_each_candidate_node_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep order sorts the candidate nodes once by position, then deals each
+    (rule, node) pair into its priority's list: one position key per node, however many
+    rules and priorities meet it (not a sort of every pair)."""
+    import graphfuse._rules as rules_mod
+
+    keyed: list[fx.Node] = []
+    key = rules_mod._SORT_KEY
+    monkeypatch.setattr(rules_mod, "_SORT_KEY", lambda n: keyed.append(n) or key(n))
+    rule_set = graphfuse.load_patterns("trtllm") + _local_rules()
+    graph = chain(16).graph
+    order = rule_set.sweep_order(graph)
+    nodes = {n for _, n in order}
+    assert len(order) > 2 * len(nodes)  # several rules meet each node
+    assert len(keyed) == len(nodes)
