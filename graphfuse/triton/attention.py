@@ -343,7 +343,7 @@ def _gluon_hopper(device: torch.device) -> bool:
         return False
     try:
         from . import attention_ws  # noqa: F401
-    except ImportError:
+    except (ImportError, AttributeError):  # no Gluon, or an older Gluon API
         return False
     return True
 
