@@ -398,9 +398,18 @@ class _CMaybe(_Wrapper):
         directly, nodes added to the state in place; on the fast path the inner pattern
         is called through its entry for the step's target, see ``_inner``.)"""
         st.visits += 1
-        test, name = self.where, self.name
-        kind = self._kind(value)
-        if not (kind[1] and _args(value) and (test is None or test(value))):
+        test, name, by_target = self.where, self.name, self.by_target
+        t = (
+            value.target
+            if (value.__class__ is fx.Node or isinstance(value, fx.Node))
+            and value.op == "call_function"
+            else None
+        )
+        kind = by_target.get(id(t))  # (self._kind(value), its cached case inline)
+        if kind is None or kind[0] is not t:
+            kind = self._kind(value)
+        args = _args(value) if kind[1] else None
+        if not (args and (test is None or test(value))):
             # no chain: the inner pattern at the value itself
             if fast and not kind[2]:
                 return False
@@ -413,27 +422,27 @@ class _CMaybe(_Wrapper):
                 return True
             st.undo(mark)
             return False
-        # (value, chain passed through to reach it, target, the inner pattern may start)
-        by_target = self.by_target
-        steps: list[tuple[Any, tuple, Any, bool]] = [(value, (), kind[0], kind[2])]
+        # (value, chain passed through to reach it, target): the steps where the inner
+        # pattern is tried (on the fast path, only those where it may start)
+        steps: list[tuple[Any, tuple, Any]] = [(value, (), kind[0])] if kind[2] or not fast else []
         chain: tuple = (value,)
-        cur = _args(value)[0]
+        cur = args[0]
         while True:
             node = cur.__class__ is fx.Node or isinstance(cur, fx.Node)
             t = cur.target if node and cur.op == "call_function" else None
             kind = by_target.get(id(t))  # type: ignore[assignment]
             if kind is None or kind[0] is not t:
                 kind = self._kind(cur)
-            steps.append((cur, chain, t, kind[2]))
-            if not (kind[1] and _args(cur) and (test is None or test(cur))):
+            if kind[2] or not fast:
+                steps.append((cur, chain, t))
+            args = _args(cur) if kind[1] else None
+            if not (args and (test is None or test(cur))):
                 break
             chain += (cur,)
-            cur = _args(cur)[0]
+            cur = args[0]
         trail, ns, nodes, chains = st.trail, st.node_set, st.nodes, st.chains
         table = self.inner_table
-        for inner_value, through, t, may in reversed(steps):  # longest chain first
-            if fast and not may:
-                continue
+        for inner_value, through, t in reversed(steps):  # longest chain first
             mark = len(trail)
             for n in through:
                 if n not in ns:

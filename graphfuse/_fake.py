@@ -130,6 +130,39 @@ class FakePropagator:
             append(k)
         return tuple(parts)
 
+    def scan(self, args: tuple, graph: fx.Graph) -> Any:
+        """One pass over a call's positional ``args`` when each is a node of ``graph`` or a
+        plain scalar (``_SCALARS``): their cache-key parts, as ``_key_parts(args)`` gives
+        them (``_MISSING`` where that gives None: a node without a value). None when an
+        argument is anything else (a node of another graph, a list, a device): the caller
+        takes the general path (``Builder.call``: its foreign-node check, ``create_call``'s
+        scan and :meth:`__call__`)."""
+        keys = self._tensor_keys
+        parts: list = []
+        append = parts.append
+        for a in args:
+            t = type(a)
+            if t is _NODE:
+                if a.graph is not graph:
+                    return None
+                v = a.meta.get("val", _MISSING)
+                hit = keys.get(id(v))
+                if hit is not None and hit[0] is v:
+                    append(hit[1])
+                    continue
+                append(a)  # keyed below, once the whole call is known to be plain
+            elif t in _SCALARS:
+                append((t, a) if t is float or t is bool else a)
+            else:
+                return None
+        for i, a in enumerate(parts):
+            if type(a) is _NODE:
+                k = self._arg_key(a)
+                if k is _MISSING:
+                    return _MISSING
+                parts[i] = k
+        return tuple(parts)
+
     def __call__(self, target: Any, args: tuple, kwargs: dict) -> Any:
         kargs = self._key_parts(args)
         if kargs is None:
@@ -140,6 +173,10 @@ class FakePropagator:
             if kvals is None:
                 return None
             kkwargs = tuple(zip(kwargs, kvals))
+        return self.keyed(target, args, kwargs, kargs, kkwargs)
+
+    def keyed(self, target: Any, args: tuple, kwargs: dict, kargs: tuple, kkwargs: tuple) -> Any:
+        """:meth:`__call__` given the key parts of ``args`` and of ``kwargs``' items."""
         # keyed by the target's id (``OpOverload.__hash__`` runs Python code); the entry
         # holds the target, so the id stays its own while the entry lives
         key = (id(target), kargs, kkwargs)

@@ -190,11 +190,15 @@ def _new_name(graph: fx.Graph, target: Any) -> str:
     return _create_name(namespace, hit[1])
 
 
-def create_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.Node:
-    """``graph.create_node("call_function", target, args, kwargs)`` at the insert point."""
+def create_call(
+    graph: fx.Graph, target: Any, args: tuple, kwargs: dict, *, plain: bool = False
+) -> fx.Node:
+    """``graph.create_node("call_function", target, args, kwargs)`` at the insert point.
+    ``plain``: the caller has checked that ``args`` are nodes and ``_PLAIN`` scalars and
+    ``kwargs`` is empty (what ``_plain`` would find)."""
     if (
         not FAST
-        or not _plain(args)
+        or not (plain or _plain(args))
         or (kwargs and not _plain(kwargs.values()))
         or _hooked(graph, "_create_node_hooks")
     ):

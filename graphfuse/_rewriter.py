@@ -21,7 +21,7 @@ from torch import fx
 from ._dims import same_size
 from ._errors import RewriteError
 from ._failure import Failure
-from ._fake import FakePropagator
+from ._fake import _MISSING, FakePropagator
 from ._fxedit import _map_arg, create_call, erase, inserting_before, replace_uses
 from ._match_rule import escape_of
 from ._matcher import is_metadata_assert
@@ -57,19 +57,30 @@ class Builder:
         """
         if isinstance(target, _PACKET):
             target = target.default
-        graph = self.graph
-        foreign = _first_foreign(args, kwargs, graph)
-        if foreign is not None:
-            raise RewriteError(
-                f"the replacement's argument {foreign.name} is a node of another graph"
-            )
-        node = create_call(graph, target, args, kwargs)  # (a fresh tuple and dict)
+        graph, fake = self.graph, self._fake
+        # nodes of this graph and plain scalars (a fused call's arguments): one scan for
+        # the foreign-node check, create_call's and the fake cache key
+        kargs = None if kwargs else fake.scan(args, graph)
+        if kargs is None:
+            foreign = _first_foreign(args, kwargs, graph)
+            if foreign is not None:
+                raise RewriteError(
+                    f"the replacement's argument {foreign.name} is a node of another graph"
+                )
+            node = create_call(graph, target, args, kwargs)  # (a fresh tuple and dict)
+        else:
+            node = create_call(graph, target, args, kwargs, plain=True)
         self.created.append(node)
         src, meta = self._meta_from.meta, node.meta
         for key in _COPIED_META:
             if key in src:
                 meta[key] = src[key]
-        val = self._fake(target, node._args, node._kwargs)  # (node.args / .kwargs)
+        if kargs is None:
+            val = fake(target, node._args, node._kwargs)  # (node.args / .kwargs)
+        elif kargs is _MISSING:  # a node without a value: no fake value
+            val = None
+        else:
+            val = fake.keyed(target, node._args, node._kwargs, kargs, ())
         if val is not None:
             meta["val"] = val
         return node
