@@ -1,12 +1,13 @@
 """Warp-specialised fused attention for prefill on Hopper (sm_90), written in Gluon: 16-bit
-q / k / v, and FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit P·V).
+q / k / v, and (knob ``WS8``) FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit
+P·V).
 
 The plain Triton kernel (``attention.py``) ends every key tile in CTA-wide barriers, so its two
 warpgroups run their softmax at the same time while the tensor cores wait; on the H200 it
 stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no better
 (``benchmarks/prefill_minimal.py``). Here the roles are split as FlashAttention-3 does:
 
-- a producer warp loads Q once and K / V tiles with TMA into a ring of ``STAGES`` buffers
+- a producer warp loads Q once and K / V tiles with TMA into a 2-stage ring of buffers
   (mbarriers: "ready" with the byte count, "empty" released by both consumers);
 - two consumer warpgroups, each owning 64 of the CTA's 128 query rows, run ``S = Q K^T``
   (wgmma from shared memory; FP8 operands on the FP8 tensor cores, both K-major), the online
@@ -20,7 +21,8 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
 
 ``attention_config.ws_eligible`` says which calls it serves (no masks, D of 64 or 128, Sq
 and Skv multiples of 128, rows addressable as one 2-D TMA view, wide or FP8 output);
-``attention_into`` routes those here on an sm_90 device unless ``config={"WS": False}``.
+``attention_into`` routes those here on an sm_90 device unless ``config={"WS": False}``
+(FP8 inputs only with ``config={"WS8": True}``).
 The tile shape (128 x 128, 2 stages) is fixed.
 """
 
