@@ -40,7 +40,7 @@ def leaf_entry(pat: P.Pattern, pre: tuple | None = None) -> Any:
 
 def _wrappers(src: _Source, pre: tuple | None) -> None:
     """What the wrappers of a resolution record before the final matcher (``pre``: its
-    tags, empty chains and wrappers skipped; see ``_engine._resolution``), undone with
+    tags, empty chains and wrappers skipped; see ``_wrappers._resolution``), undone with
     the final matcher's own changes (after ``trail`` and ``mark``)."""
     if pre is None:
         return
@@ -58,7 +58,7 @@ def _wrappers(src: _Source, pre: tuple | None) -> None:
 # --------------------------------------------------------------------------- entries
 # The function that matches a compiled pattern at a call node depends on the node's
 # target only: a call's generated function for that target; for an ``alt`` or ``maybe``
-# resolved by the target (see ``_engine._resolution``), the final matcher's entry behind
+# resolved by the target (see ``_wrappers._resolution``), the final matcher's entry behind
 # the tags, chains and visits the wrappers record; for an ``alt`` with several branches
 # at the target, those branches' entries in turn. Cached per (matcher, target) in a
 # table: the matcher's own (``matcher.table``, where a target the pattern cannot start at
@@ -82,7 +82,8 @@ def entry(matcher: Any, table: dict, value: Any, first: Any = None) -> tuple:
 def _entry_for(matcher: Any, value: Any) -> Any:
     """The function matching ``matcher`` at ``value`` (a call node: for its target; any
     other value: for values that are no call), uncached."""
-    from ._engine import _FAIL, _CAlt, _CCall, _CMaybe, _resolution
+    from ._engine import _CCall
+    from ._wrappers import _FAIL, _CAlt, _CMaybe, _resolution
 
     kind = type(matcher)
     if not (isinstance(value, fx.Node) and value.op == "call_function"):

@@ -14,6 +14,7 @@ from torch import fx
 import graphfuse._engine as engine
 import graphfuse._matcher as matcher
 import graphfuse._runner as runner
+import graphfuse._wrappers as wrappers
 from graphfuse import Rule, RuleSet
 from graphfuse import dsl as P
 from graphfuse._args import normalize
@@ -71,7 +72,7 @@ def test_resolved_wrappers_match_as_the_traced_path() -> None:
     assert results[0][2] == {"c": (n["cast"],), "v": ()}
     # the fast path went through the per-target resolution of the top alt
     top = engine.compiled(rule.patterns[0]).plans[id(aten.relu.default)].items[0][1]
-    final, tags, chains, skipped = engine._resolution(top, n["mul"])
+    final, tags, chains, skipped = wrappers._resolution(top, n["mul"])
     assert tags == (("spelling", "mul"),) and chains == () and skipped == 2
     assert isinstance(final, engine._CCall)
 
@@ -81,8 +82,8 @@ def test_resolution_that_cannot_match_fails() -> None:
     to a certain failure (one visit, as the wrapper itself would count)."""
     _, n = _graph()
     pat = P.maybe([aten.view.default], P.op(aten.neg.default, P._), name="v")
-    final, tags, chains, skipped = engine._resolution(engine.compiled(pat), n["mul"])
-    assert final is engine._FAIL and skipped == 1
+    final, tags, chains, skipped = wrappers._resolution(engine.compiled(pat), n["mul"])
+    assert final is wrappers._FAIL and skipped == 1
     st = matcher._State(None)
     assert engine.compiled(pat).m(n["mul"], st, None, lambda: True) is False
     assert st.visits == 1 and not st.trail
