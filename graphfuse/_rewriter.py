@@ -92,23 +92,9 @@ class Builder:
         return self.call(operator.getitem, node, index)
 
 
-_SCALARS = frozenset((int, float, bool, str, type(None), torch.dtype, torch.device))
-
-
 def _first_foreign(args: tuple, kwargs: dict, graph: fx.Graph) -> fx.Node | None:
-    """The first node among ``args`` and ``kwargs`` (in ``map_arg`` order) that is not
-    a node of ``graph``, or None. Plain positional arguments (nodes and scalars, as a
-    fused call's are) are looked at directly, anything else through ``map_arg``."""
-    for a in args:
-        t = type(a)
-        if t is fx.Node:
-            if a.graph is not graph:
-                return a
-        elif t not in _SCALARS:
-            break
-    else:
-        if not kwargs:
-            return None
+    """The first node among ``args`` and ``kwargs`` (in ``map_arg`` order) that is not a node
+    of ``graph``, or None (the general path: plain calls are checked by ``FakePropagator.scan``)."""
     found: list[fx.Node] = []
     _map_arg((args, kwargs), lambda n: n if n.graph is graph else found.append(n))
     return found[0] if found else None
