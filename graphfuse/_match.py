@@ -85,6 +85,8 @@ class Match:
     def val(self, name: str) -> Any:
         """``meta["val"]`` of the node bound to ``name`` (the literal itself otherwise)."""
         v = self.binds.get(name, _UNBOUND)
+        if type(v) is fx.Node:  # (the common case first: checks read values in hot loops)
+            return v.meta.get("val")
         if v is _UNBOUND:
             v = self[name]  # raises its KeyError
         return v.meta.get("val") if isinstance(v, fx.Node) else v

@@ -142,8 +142,7 @@ def check_attention(m: Match) -> Any:
     binds = m.binds
     shapes = []
     for name, scale_name in _QKV:
-        v = binds.get(name)  # (m.val(name), its node case inline)
-        val = v.meta.get("val") if type(v) is _FX_NODE else m.val(name)
+        val = m.val(name)
         shape = val.shape
         if len(shape) != 4:
             return m.fail(
