@@ -2,9 +2,14 @@
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
         python tests/gpu/sanitize_kernels.py
+
+``python tests/gpu/sanitize_kernels.py ws`` runs only the warp-specialised kernel (for the
+slower ``racecheck`` / ``synccheck`` tools).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -61,9 +66,58 @@ def main() -> None:
     for kernel in ("head", "seq"):
         for splits in (1, 5):
             paged_into(*pa, pk, 2, s * 1e4, sf, splits=splits, kernel=kernel)
+    if torch.cuda.get_device_capability() == (9, 0):
+        _warp_specialised(s)
     torch.cuda.synchronize()
     print("sanitize_kernels: all kernels ran")
 
 
+def _warp_specialised(s: torch.Tensor) -> None:
+    """The warp-specialised Hopper prefill kernel (``attention_ws.py``): both memory orders,
+    GQA, K and V in different memory orders (the launcher's contiguous copy), every causal
+    form, 16-bit and FP8 out, and FP8 inputs (knob ``WS8``); each call counted."""
+    from graphfuse.triton import attention_ws
+    from graphfuse.triton.attention_ops import run
+
+    calls = []
+    real = attention_ws.attention_ws_into
+    attention_ws.attention_ws_into = lambda *a, **k: calls.append(1) or real(*a, **k)
+    dev = "cuda"
+
+    def make(h, sq, d, dt, mem):
+        x = (
+            torch.randn(2, sq, h, d, device=dev)
+            if mem == "bshd"
+            else torch.randn(2, h, sq, d, device=dev)
+        )
+        x = (x * 8).to(dt)
+        return x.transpose(1, 2) if mem == "bshd" else x
+
+    n = 0
+    for d, mems, dt, causal in (
+        (128, ("bhsd", "bhsd", "bhsd"), torch.bfloat16, "top_left"),
+        (64, ("bshd", "bshd", "bshd"), torch.float16, "bottom_right"),
+        (128, ("bhsd", "bhsd", "bshd"), torch.bfloat16, "none"),
+        (128, ("bshd", "bhsd", "bhsd"), FP8, "top_left"),
+    ):
+        q = make(8, 256, d, dt, mems[0])
+        k, v = make(2, 384, d, dt, mems[1]), make(2, 384, d, dt, mems[2])
+        sc = torch.tensor([1 / 8], device=dev) if dt == FP8 else None
+        cfg = {"WS8": True} if dt == FP8 else None
+        a = (q, k, v, sc, sc, sc, None, causal, None, "bhsd", "default")
+        o16 = torch.empty(q.shape, device=dev, dtype=torch.bfloat16)
+        run(*a, o16, 0, config=cfg)
+        o8 = torch.empty(q.shape, device=dev, dtype=FP8)
+        run(*a, o8, 1, s, config=cfg)
+        n += 2
+    attention_ws.attention_ws_into = real
+    assert len(calls) == n, (len(calls), n)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["ws"]:
+        _warp_specialised(torch.tensor([0.01], device="cuda"))
+        torch.cuda.synchronize()
+        print("sanitize_kernels: the warp-specialised kernel ran")
+    else:
+        main()

@@ -152,3 +152,22 @@ def test_ws_cuda_graph(ws_calls: list) -> None:
     torch.cuda.synchronize()
     assert torch.equal(out.view(torch.uint8), expect.view(torch.uint8))
     assert len(ws_calls) == 2
+
+
+@pytest.mark.parametrize("first", ["k", "v"])
+def test_ws_kv_in_different_memory_orders(first: str, ws_calls: list) -> None:
+    """K and V in different memory orders (one ``[B,H,S,D]``, the other ``[B,S,H,D]``): the
+    launcher gives them one set of TMA coordinates (a contiguous copy), same result."""
+    from graphfuse.triton.attention_ops import run
+
+    base = dict(b=2, hq=8, hkv=2, sq=256, skv=384, d=128, dtype=torch.bfloat16, seed=21)
+    q, k, v, _, _, _ = _inputs(dict(base, mem="bshd"))
+    _, k2, v2, *_ = _inputs(dict(base, mem="bhsd", seed=22))
+    k, v = (k, v2) if first == "k" else (k2, v)  # ``first`` stays [B,S,H,D], the other not
+    args = (q, k, v, None, None, None, None, "bottom_right", None, "bshd", "default")
+    wide = attention_fp32(*args, compute_dtype=torch.float64).float()
+    out = torch.full(wide.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    run(*args, out, 0)
+    assert len(ws_calls) == 1
+    err = ((out.float() - wide).norm() / wide.norm()).item()
+    assert not torch.isnan(out).any() and err < 2e-2, err
