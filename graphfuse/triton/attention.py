@@ -394,7 +394,7 @@ def attention_into(
         from .attention_ws import attention_ws_into
 
         attention_ws_into(
-            q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale
+            q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale, sf
         )
         return
     if cfg.pop("VT") and v.dtype == torch.float8_e4m3fn and sq > 16 and v.stride(-2) != 1:

@@ -82,14 +82,14 @@ def ws_eligible(
     """Whether the warp-specialised Hopper kernel (``attention_ws.py``) serves this call:
     q / k / v all 16-bit of one type, or (``fp8_inputs``, knob ``WS8``) all FP8 in the
     default precision (16-bit P·V); dequant scales allowed; no mask; D of 64 or 128; Sq and
-    Skv multiples of 128; each operand addressable as one 2-D TMA view (``rows_view``); wide
-    or FP8 output. The device check (sm_90) is the launcher's."""
+    Skv multiples of 128; each operand addressable as one 2-D TMA view (``rows_view``); wide,
+    FP8 or NVFP4 output. The device check (sm_90) is the launcher's."""
     fp8 = torch.float8_e4m3fn
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.bfloat16, torch.float16, fp8):
         return False
     if q.dtype == fp8 and not (fp8_inputs and precision == "default"):  # fast: FP8 P·V
         return False
-    if attn_mask is not None or out_kind not in (0, 1):
+    if attn_mask is not None or out_kind not in (0, 1, 2):
         return False
     b, h, sq, d = q.shape
     skv = k.shape[2]
@@ -120,10 +120,8 @@ def ws_eligible(
 #        the kernel streams fp16 V tiles instead of converting each tile in registers
 #   WS: host side, prefill on sm_90: the warp-specialised Gluon kernel (``attention_ws.py``)
 #       for the calls ``ws_eligible`` accepts; False keeps them here
-#   WS8: with WS, FP8 q/k/v in the default precision go there too. Off by default: on the
-#        H200 (2026-12-03) it took 1.03 ms against 1.09-1.11 ms here (1.04-1.08x SDPA + quant
-#        against 0.97-1.01x), but that kernel has no NVFP4 epilogue yet, so NVFP4 out (this
-#        kernel) would cost 1.14x the FP8-out time (must <= 1.05x)
+#   WS8: with WS, FP8 q/k/v in the default precision go there too (on the H200, 2026-12-03:
+#        1.03 ms against 1.09-1.11 ms here, B=4 S=4096 causal)
 #   VT: host side, FP8 v stored ``[.., S, D]`` (D contiguous) and Sq > 16: copy v once per
 #       call to K-major memory (``[.., D, S]``, keys contiguous) and pass that view, the
 #       operand layout FP8 wgmma reads for P·V (Triton's MN-major FP8 P·V runs at about
@@ -144,7 +142,7 @@ def default_config(
     """Every knob of a prefill launch (tuned on an H200); ``attention_into``'s ``config``
     entries override them. See ``KERNEL_KNOBS`` / ``HOST_KNOBS`` above."""
     cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False, VT=fast)
-    cfg.update(WS=True, WS8=False)
+    cfg.update(WS=True, WS8=True)
     if sq <= 16:
         cfg.update(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
     elif qk_dt == torch.float8_e4m3fn:

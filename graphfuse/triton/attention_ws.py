@@ -1,6 +1,6 @@
 """Warp-specialised fused attention for prefill on Hopper (sm_90), written in Gluon: 16-bit
-q / k / v, and (knob ``WS8``) FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit
-P·V).
+q / k / v, and FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit P·V; knob
+``WS8``).
 
 The plain Triton kernel (``attention.py``) ends every key tile in CTA-wide barriers, so its two
 warpgroups run their softmax at the same time while the tensor cores wait; on the H200 it
@@ -15,14 +15,15 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
   ``O += P V`` (P from registers) with no barrier between them, so one's softmax runs under
   the other's GEMMs; the second starts after the first's first ``Q K^T`` (an offset that
   the tensor cores' arbitration then keeps);
-- each consumer writes its rows in the output format: a 16-bit or fp32 type, or FP8
-  (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite, as ``store_attention_acc``).
+- each consumer writes its rows in the output format: a 16-bit or fp32 type, FP8
+  (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite) or NVFP4 (packed codes and
+  swizzled scale bytes), with the arithmetic of ``store_attention_acc``'s default epilogue.
   An FP8 V is upcast to fp16 once per call on the host side (exact).
 
 ``attention_config.ws_eligible`` says which calls it serves (no masks, D of 64 or 128, Sq
-and Skv multiples of 128, rows addressable as one 2-D TMA view, wide or FP8 output);
-``attention_into`` routes those here on an sm_90 device unless ``config={"WS": False}``
-(FP8 inputs only with ``config={"WS8": True}``).
+and Skv multiples of 128, rows addressable as one 2-D TMA view); ``attention_into`` routes
+those here on an sm_90 device unless ``config={"WS": False}`` (FP8 inputs: unless
+``config={"WS8": False}``).
 The tile shape (128 x 128, 2 stages) is fixed.
 """
 
@@ -42,7 +43,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .attention_config import WS_BLOCK_M, WS_BLOCK_N, out_strides, rows_view
+from ._common import _max_nan, div6_rn, e2m1_code_fast, swizzled_offset, zero_scale_padding
+from .attention_config import (
+    WS_BLOCK_M,
+    WS_BLOCK_N,
+    nvfp4_row_strides,
+    out_strides,
+    rows_view,
+)
 
 CONSUMER_REGS = gl.constexpr(240)  # per thread, each consumer warpgroup (the producer warp gets 24)
 MAXNREG = 168  # 3 warpgroups: 2 x 240 + 24 (rounded) <= 3 x 168
@@ -79,7 +87,7 @@ def _producer(
 def _consume(
     c: gl.constexpr, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready,
     kv_empty, go_bar, out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-    qs_ptr, ks_ptr, vs_ptr, scale_bits,
+    qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
 ):  # fmt: skip
     """Consumer ``c``: query rows ``q_start + 64c ..`` of the CTA's block."""
     NSTAGE: gl.constexpr = k_bufs.type.shape[0]
@@ -144,6 +152,12 @@ def _consume(
         mbarrier.arrive(go_bar, count=1, pred=n_tiles == 0)
     l_o = gl.convert_layout(l_i, orow_l)
     row_scale = gl.where(l_o > 0.0, o_scale / l_o, 0.0)  # fully masked rows give zeros
+    if out_ptr.dtype.element_ty == gl.uint8:  # NVFP4: packed codes and swizzled scale bytes
+        _store_nvfp4(
+            acc, row_scale, out_ptr, osc_ptr, sf_ptr, nv_row0 + first_row * nms, nms, nv_col0,
+            nv_k, nv_kbpad,
+        )  # fmt: skip
+        return
     orows = (first_row + gl.arange(0, 64, layout=orow_l)).to(gl.int64)
     ocols = gl.arange(0, HD, layout=gl.SliceLayout(0, o_layout))
     offs = gl.expand_dims(out_base + orows * sos, 1) + gl.expand_dims(ocols, 0)
@@ -156,6 +170,42 @@ def _consume(
         gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty))
 
 
+@gluon.jit
+def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv_k, nv_kbpad):
+    """Writes ``acc * row_scale`` (``[64, HD]`` in the wgmma accumulator layout) as NVFP4 rows
+    ``nv_row + i * nms`` of the 2-D ``[M, nv_k]`` view from column ``nv_col``: the arithmetic
+    of ``store_attention_acc``'s default epilogue (EPI 2: block amax with NaN propagation,
+    ``div6_rn``, hardware e4m3 scale, ``inv = g * rsqrt(sf * sf)``, ``e2m1_code_fast``).
+
+    A 16-column block lies in 4 lanes of the accumulator layout (2 x 2 columns each): the
+    block amax is a reduction across them, the codes of each column pair are in one thread."""
+    R: gl.constexpr = acc.shape[0]
+    HD: gl.constexpr = acc.shape[1]
+    NB: gl.constexpr = HD // 16
+    g = gl.load(g_ptr).to(gl.float32)
+    ab = gl.reshape(acc, [R, NB, 16])
+    blk_l: gl.constexpr = ab.type.layout
+    bs_l: gl.constexpr = gl.SliceLayout(2, blk_l)  # [R, NB]
+    rs = gl.expand_dims(gl.convert_layout(row_scale, gl.SliceLayout(1, bs_l)), 1)
+    amax = gl.reduce(gl.abs(ab), 2, _max_nan) * rs  # fl(max|a| * s) == max fl(|a| * s), s >= 0
+    sf8 = (g * div6_rn(amax)).to(gl.float8e4nv)
+    sf = sf8.to(gl.float32)
+    inv = g * gl.rsqrt(sf * sf)  # sf is an e4m3 value: sf * sf is exact and normal
+    inv = gl.where(sf == 0.0, 0.0, gl.minimum(inv, 3.4028234663852886e38))
+    v = ab * gl.expand_dims(inv * rs, 2)
+    lo, hi = gl.split(gl.reshape(e2m1_code_fast(v), [R, NB * 8, 2]))
+    packed = (lo | (hi << 4)).to(gl.uint8)
+    pk_l: gl.constexpr = packed.type.layout
+    prow = nv_row + gl.arange(0, R, layout=gl.SliceLayout(1, pk_l)).to(gl.int64) * nms
+    pcol = nv_col // 2 + gl.arange(0, NB * 8, layout=gl.SliceLayout(0, pk_l))
+    gl.store(out_ptr + gl.expand_dims(prow * (nv_k // 2), 1) + gl.expand_dims(pcol, 0), packed)
+    sbits = gl.where(amax != amax, 0x7F, sf8.to(gl.uint8, bitcast=True)).to(gl.uint8)
+    srow = nv_row + gl.arange(0, R, layout=gl.SliceLayout(1, bs_l)).to(gl.int64) * nms
+    scol = nv_col // 16 + gl.arange(0, NB, layout=gl.SliceLayout(0, bs_l))
+    soff = swizzled_offset(gl.expand_dims(srow, 1), gl.expand_dims(scol, 0), nv_kbpad // 4)
+    gl.store(sf_ptr + soff, sbits)
+
+
 # One entry per consumer: ``c`` must be a compile-time constant (it picks the Q buffer, the
 # row block and which side of the start offset a consumer is on), and arguments passed through
 # ``warp_specialize`` arrive as run-time values.
@@ -163,12 +213,12 @@ def _consume(
 def _consumer0(
     out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
     out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-    qs_ptr, ks_ptr, vs_ptr, scale_bits,
+    qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
 ):  # fmt: skip
     _consume(
         0, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
         out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-        qs_ptr, ks_ptr, vs_ptr, scale_bits,
+        qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
     )  # fmt: skip
 
 
@@ -176,12 +226,12 @@ def _consumer0(
 def _consumer1(
     out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
     out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-    qs_ptr, ks_ptr, vs_ptr, scale_bits,
+    qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
 ):  # fmt: skip
     _consume(
         1, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
         out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-        qs_ptr, ks_ptr, vs_ptr, scale_bits,
+        qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
     )  # fmt: skip
 
 
@@ -189,10 +239,12 @@ def _consumer1(
 def _ws_attn_fwd(
     q_desc, k_desc, v_desc, out_ptr, osc_ptr, qs_ptr, ks_ptr, vs_ptr, scale_bits,
     H, G, SQ, SKV, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
-    qk_scale, causal, causal_off,
+    qk_scale, causal, causal_off, sf_ptr, nmb, nmh, nms, nch, nv_k, nv_kbpad,
 ):  # fmt: skip
     """Grid (B*H, Sq / 128), all heads' last (heaviest causal) row blocks first. ``scale_bits``:
-    which of q / k / v dequant scales (1 / 2 / 4) the pointers hold."""
+    which of q / k / v dequant scales (1 / 2 / 4) the pointers hold. A uint8 ``out_ptr`` is
+    NVFP4 (``osc_ptr`` its global scale, ``sf_ptr`` the swizzled scale bytes; row
+    ``b*nmb + h*nmh + s*nms``, first column ``h*nch`` of the ``[M, nv_k]`` view)."""
     HD: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
     NSTAGE: gl.constexpr = 2
@@ -211,6 +263,7 @@ def _ws_attn_fwd(
     q_row = b * q_rb + h * q_rh + q_start
     kv_row = b * kv_rb + hk * kv_rh
     out_base = b.to(gl.int64) * sob + h.to(gl.int64) * soh  # this (batch, head)'s row 0
+    nv_row0 = b.to(gl.int64) * nmb + h.to(gl.int64) * nmh  # (NVFP4) its row 0 in the 2-D view
 
     q_bufs = gl.allocate_shared_memory(dt, [2, 64, HD], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dt, [NSTAGE, BN, HD], k_desc.layout)
@@ -230,7 +283,7 @@ def _ws_attn_fwd(
     cargs = (
         out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
         out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-        qs_ptr, ks_ptr, vs_ptr, scale_bits,
+        qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, h * nch, nv_k, nv_kbpad,
     )  # fmt: skip
     pargs = (
         q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
@@ -244,10 +297,12 @@ def _ws_attn_fwd(
 
 
 def attention_ws_into(
-    q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale
+    q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale, sf=None
 ) -> None:
-    """Launches the warp-specialised kernel (the call must be ``ws_eligible``). FP8 v is
-    upcast to fp16 first (exact; P·V multiplies 16-bit P and V, the default precision)."""
+    """Launches the warp-specialised kernel (the call must be ``ws_eligible``); arguments as
+    ``attention.attention_into``'s (``sf``: NVFP4's swizzled scale bytes, padding zeroed
+    here). FP8 v is upcast to fp16 first (exact; P·V multiplies 16-bit P and V, the default
+    precision)."""
     b, h, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     if v.dtype == FP8:
@@ -267,9 +322,15 @@ def attention_ws_into(
     kd = _descriptor(kv, WS_BLOCK_N, d)
     vd = _descriptor(vv, WS_BLOCK_N, d)
     sob, soh, sos = out_strides(layout, b, h, sq, d)
+    nmb, nmh, nms, nch = nvfp4_row_strides(layout, h, sq, d)
+    nv_k, nv_kbpad = d, 4
+    if out_kind == 2:
+        nv_k, nv_kbpad = out.shape[1] * 2, sf.shape[1]
+        zero_scale_padding(sf, out.shape[0], nv_k // 16)
+        out = out.view(torch.uint8)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     causal_off = 0 if causal != "bottom_right" else skv - sq
-    osc = out_scale if out_kind == 1 else out
+    osc = out_scale if out_kind else out
     scales = (q_scale, k_scale, v_scale)
     bits = sum(1 << i for i, t in enumerate(scales) if t is not None)
     qs, ks, vs = (t if t is not None else osc for t in scales)
@@ -277,6 +338,7 @@ def attention_ws_into(
         qd, kd, vd, out, osc, qs, ks, vs, bits, h, h // hkv, sq, skv,
         q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
         sm_scale * 1.4426950408889634, int(causal != "none"), causal_off,
+        sf.view(torch.uint8) if sf is not None else out, nmb, nmh, nms, nch, nv_k, nv_kbpad,
         num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
 

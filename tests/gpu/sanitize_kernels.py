@@ -4,7 +4,9 @@
         python tests/gpu/sanitize_kernels.py
 
 ``python tests/gpu/sanitize_kernels.py ws`` runs only the warp-specialised kernel (for the
-slower ``racecheck`` / ``synccheck`` tools).
+slower ``racecheck`` / ``synccheck`` tools); ``... scaffold`` only a minimal Gluon kernel whose
+partitions touch no shared memory of their own: what ``racecheck`` reports there comes from
+``warp_specialize``'s own hand-over of arguments and state between partitions (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def main() -> None:
 def _warp_specialised(s: torch.Tensor) -> None:
     """The warp-specialised Hopper prefill kernel (``attention_ws.py``): both memory orders,
     GQA, K and V in different memory orders (the launcher's contiguous copy), every causal
-    form, 16-bit and FP8 out, and FP8 inputs (knob ``WS8``); each call counted."""
+    form, 16-bit, FP8 and NVFP4 out, FP8 inputs; each call counted."""
     from graphfuse.triton import attention_ws
     from graphfuse.triton.attention_ops import run
 
@@ -103,19 +105,40 @@ def _warp_specialised(s: torch.Tensor) -> None:
         q = make(8, 256, d, dt, mems[0])
         k, v = make(2, 384, d, dt, mems[1]), make(2, 384, d, dt, mems[2])
         sc = torch.tensor([1 / 8], device=dev) if dt == FP8 else None
-        cfg = {"WS8": True} if dt == FP8 else None
         a = (q, k, v, sc, sc, sc, None, causal, None, "bhsd", "default")
         o16 = torch.empty(q.shape, device=dev, dtype=torch.bfloat16)
-        run(*a, o16, 0, config=cfg)
+        run(*a, o16, 0)
         o8 = torch.empty(q.shape, device=dev, dtype=FP8)
-        run(*a, o8, 1, s, config=cfg)
-        n += 2
+        run(*a, o8, 1, s)
+        torch.ops.graphfuse.attention_nvfp4(*a, s * 1e4)
+        n += 3
     attention_ws.attention_ws_into = real
     assert len(calls) == n, (len(calls), n)
 
 
+def _scaffold() -> None:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    @gluon.jit
+    def part(out_ptr, i):
+        gl.store(out_ptr + i, i + 1)
+
+    @gluon.jit
+    def kernel(out_ptr):
+        gl.warp_specialize([(part, (out_ptr, 0)), (part, (out_ptr, 1))], [1], [24])
+
+    out = torch.zeros(2, dtype=torch.int32, device="cuda")
+    kernel[(4,)](out, num_warps=4)
+    torch.cuda.synchronize()
+    assert out.tolist() == [1, 2], out
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] == ["ws"]:
+    if sys.argv[1:] == ["scaffold"]:
+        _scaffold()
+        print("sanitize_kernels: the minimal warp-specialised kernel ran")
+    elif sys.argv[1:] == ["ws"]:
         _warp_specialised(torch.tensor([0.01], device="cuda"))
         torch.cuda.synchronize()
         print("sanitize_kernels: the warp-specialised kernel ran")

@@ -1,6 +1,6 @@
 """The warp-specialised Hopper prefill kernel (``graphfuse/triton/attention_ws.py``) against
-the fp64 reference: bf16 / fp16 / FP8 inputs (FP8 with dequant scales, knob ``WS8``), 16-bit
-and FP8 outputs (poisoned first), both input memory orders, GQA, every causal form,
+the fp64 reference: bf16 / fp16 / FP8 inputs (FP8 with dequant scales), 16-bit, FP8 and
+NVFP4 outputs (poisoned first), both input memory orders, GQA, every causal form,
 Sq != Skv, custom softmax scales; the calls must reach it (counted), and it must be
 capturable in a CUDA graph."""
 
@@ -13,8 +13,8 @@ import torch
 
 import graphfuse  # noqa: F401
 from graphfuse.ops.attention_ref import attention_fp32
-from graphfuse.ops.quant_ref import fp8_static_quant_ref
-from graphfuse.testing_numerics import assert_fp8_close
+from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
+from graphfuse.testing_numerics import assert_fp8_close, assert_nvfp4_close
 
 triton = pytest.importorskip("triton")
 
@@ -84,7 +84,7 @@ def _cases(n: int, seed: int):
 
 
 def _run_case(c: dict, ws_calls: list) -> None:
-    from graphfuse.ops._attention_args import out_shape
+    from graphfuse.ops._attention_args import nvfp4_rows_cols, out_shape
     from graphfuse.triton.attention_ops import run
 
     q, k, v, qs, ks, vs = _inputs(c)
@@ -93,22 +93,29 @@ def _run_case(c: dict, ws_calls: list) -> None:
     shape = out_shape(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
     n0 = len(ws_calls)
     wdt = torch.bfloat16 if c["dtype"] == FP8 else c["dtype"]
-    cfg = {"WS8": True} if c["dtype"] == FP8 else None  # FP8 inputs: opt-in (knob WS8)
     o16 = torch.full(shape, float("nan"), dtype=wdt, device="cuda")
-    run(*args, o16, 0, config=cfg)
+    run(*args, o16, 0)
     err = ((o16.float() - wide).norm() / wide.norm()).item()
     assert not torch.isnan(o16).any() and err < 2e-2, (c, err)
-    s_o = torch.tensor([wide.abs().max().item() / 448.0], device="cuda")
+    amax = wide.abs().max().item()
+    s_o = torch.tensor([amax / 448.0], device="cuda")
     o8 = torch.full(shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
-    run(*args, o8, 1, s_o, config=cfg)
+    run(*args, o8, 1, s_o)
     assert_fp8_close(o8, fp8_static_quant_ref(wide, s_o), wide, s_o, min_equal=0.90)
-    if cfg is None:  # the op (default knobs) reaches the same kernel
-        op8 = torch.ops.graphfuse.attention_fp8(*args, s_o)
-        assert torch.equal(op8.view(torch.uint8), o8.view(torch.uint8))
-    assert len(ws_calls) == n0 + (2 if cfg else 3), c
-    if cfg:  # and without the knob, FP8 inputs stay on the Triton kernel
-        run(*args, o8, 1, s_o)
-        assert len(ws_calls) == n0 + 2
+    op8 = torch.ops.graphfuse.attention_fp8(*args, s_o)  # the op reaches the same kernel
+    assert torch.equal(op8.view(torch.uint8), o8.view(torch.uint8))
+    m, kk = nvfp4_rows_cols(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
+    g = torch.tensor([448 * 6 / amax], device="cuda")
+    pk = torch.full((m, kk // 2), 0xA5, dtype=torch.uint8, device="cuda")
+    sf_shape = ((m + 127) // 128 * 128, (kk // 16 + 3) // 4 * 4)
+    sf = torch.full(sf_shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    run(*args, pk, 2, g, sf)
+    rp, rs = nvfp4_quant_ref(wide.reshape(m, kk), g, swizzle=True)
+    assert_nvfp4_close(pk, sf, rp, rs, wide, g, min_equal=0.9, rmse_factor=1.1)
+    assert len(ws_calls) == n0 + 4, c
+    if c["dtype"] == FP8:  # with WS8 off, FP8 inputs go to the Triton kernel
+        run(*args, o8, 1, s_o, config={"WS8": False})
+        assert len(ws_calls) == n0 + 4
 
 
 @pytest.mark.parametrize("seed", [0, 1])

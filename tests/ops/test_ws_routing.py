@@ -59,7 +59,7 @@ def _args(q, k=None, v=None, attn_mask=None, out_kind=1, precision="default", fp
     k = q if k is None else k
     v = k if v is None else v
     wide = q.dtype if q.dtype != FP8 else torch.float16
-    out = torch.empty(q.shape, dtype=FP8 if out_kind else wide)
+    out = torch.empty(q.shape, dtype={0: wide, 1: FP8, 2: torch.uint8}[out_kind])
     return (q, k, v, attn_mask, out, out_kind, precision, fp8)
 
 
@@ -69,6 +69,7 @@ def test_ws_eligible_accepts_16bit_and_fp8_prefill() -> None:
         k = _bshd(1, 2, 384, 128, BF16).to(dtype)
         assert ws_eligible(*_args(q, k))
         assert ws_eligible(*_args(q, k, out_kind=0))
+        assert ws_eligible(*_args(q, k, out_kind=2))  # NVFP4
     q8 = _bhsd(1, 4, 256, 128).to(FP8)
     v_kmajor = q8.transpose(-1, -2).contiguous().transpose(-1, -2)  # keys contiguous
     assert ws_eligible(*_args(q8, q8, v_kmajor))  # the launcher upcasts V into rows
@@ -77,7 +78,7 @@ def test_ws_eligible_accepts_16bit_and_fp8_prefill() -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["fp8_fast", "mixed_fp8", "mask", "nvfp4", "d80", "sq", "skv", "mixed", "out8_as_wide"],
+    ["fp8_fast", "mixed_fp8", "mask", "d80", "sq", "skv", "mixed", "out8_as_wide"],
 )
 def test_ws_eligible_refuses(case: str) -> None:
     q = _bhsd(1, 4, 256, 128)
@@ -88,8 +89,6 @@ def test_ws_eligible_refuses(case: str) -> None:
         args = _args(q.to(FP8), q.to(FP8), q)
     elif case == "mask":
         args = _args(q, attn_mask=torch.ones(256, 256, dtype=torch.bool))
-    elif case == "nvfp4":
-        args = _args(q, out_kind=2)
     elif case == "d80":
         args = _args(_bhsd(1, 4, 256, 80))
     elif case == "sq":
