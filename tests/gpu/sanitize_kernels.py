@@ -117,6 +117,9 @@ def _warp_specialised(s: torch.Tensor) -> None:
 
 
 def _scaffold() -> None:
+    """Minimal Gluon kernels with the warp-specialised kernel's partition shapes (a default
+    warpgroup, a worker warpgroup and a worker warp; 240 / 24 registers), each partition
+    storing one value: once with one argument, once with as many as the real kernel passes."""
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 
@@ -125,13 +128,32 @@ def _scaffold() -> None:
         gl.store(out_ptr + i, i + 1)
 
     @gluon.jit
-    def kernel(out_ptr):
-        gl.warp_specialize([(part, (out_ptr, 0)), (part, (out_ptr, 1))], [1], [24])
+    def many(out_ptr, i, a, b, c, d, e, f, g, h, j, k, l, m, n, o, p):  # noqa: E741
+        gl.store(out_ptr + i, i + 1 + (a + b + c + d + e + f + g + h + j + k + l + m + n + o + p))
 
-    out = torch.zeros(2, dtype=torch.int32, device="cuda")
-    kernel[(4,)](out, num_warps=4)
+    @gluon.jit
+    def kernel(out_ptr):
+        gl.warp_specialize(
+            [(part, (out_ptr, 0)), (part, (out_ptr, 1)), (part, (out_ptr, 2))], [4, 1], [240, 24]
+        )
+
+    @gluon.jit
+    def kernel_many(out_ptr, x):
+        xs = (x, x + 1, x + 2, x + 3, x + 4, x + 5, x + 6, x + 7, x + 8, x + 9, x + 10, x + 11)
+        xs = xs + (x + 12, x + 13, x + 14)
+        gl.warp_specialize(
+            [(many, (out_ptr, 0) + xs), (many, (out_ptr, 1) + xs), (many, (out_ptr, 2) + xs)],
+            [4, 1],
+            [240, 24],
+        )
+
+    out = torch.zeros(3, dtype=torch.int32, device="cuda")
+    kernel[(132,)](out, num_warps=4, maxnreg=168)
     torch.cuda.synchronize()
-    assert out.tolist() == [1, 2], out
+    assert out.tolist() == [1, 2, 3], out
+    kernel_many[(132,)](out, 0, num_warps=4, maxnreg=168)
+    torch.cuda.synchronize()
+    assert out.tolist() == [106, 107, 108], out
 
 
 if __name__ == "__main__":
