@@ -4,9 +4,9 @@
         python tests/gpu/sanitize_kernels.py
 
 ``python tests/gpu/sanitize_kernels.py ws`` runs only the warp-specialised kernel (for the
-slower ``racecheck`` / ``synccheck`` tools); ``... scaffold`` only a minimal Gluon kernel whose
-partitions touch no shared memory of their own: what ``racecheck`` reports there comes from
-``warp_specialize``'s own hand-over of arguments and state between partitions (docs/gpu.md).
+slower ``racecheck`` / ``synccheck`` tools); ``... scaffold VARIANT`` only a minimal Gluon kernel
+whose partitions share no memory of their own (``_scaffold``): to tell what ``racecheck``
+reports about ``warp_specialize``'s own hand-over of arguments and state (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -116,16 +116,35 @@ def _warp_specialised(s: torch.Tensor) -> None:
     assert len(calls) == n, (len(calls), n)
 
 
-def _scaffold() -> None:
+def _scaffold(variant: str) -> None:
     """Minimal Gluon kernels with the warp-specialised kernel's partition shapes (a default
     warpgroup, a worker warpgroup and a worker warp; 240 / 24 registers), each partition
-    storing one value: once with one argument, once with as many as the real kernel passes."""
+    storing one value. Variant ``plain``: nothing else; ``many``: as many arguments handed
+    to the partitions as the real kernel; ``mbarrier``: the partitions also meet at an
+    mbarrier initialised before ``warp_specialize`` (the real kernel's setup); ``bar0``: the
+    default partition also runs a warpgroup barrier."""
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
     @gluon.jit
     def part(out_ptr, i):
         gl.store(out_ptr + i, i + 1)
+
+    @gluon.jit
+    def part_bar0(out_ptr, i):
+        gl.thread_barrier()
+        gl.store(out_ptr + i, i + 1)
+
+    @gluon.jit
+    def part_wait(out_ptr, i, bar):
+        mbarrier.wait(bar, 0)
+        gl.store(out_ptr + i, i + 1)
+
+    @gluon.jit
+    def part_arrive(out_ptr, i, bar):
+        gl.store(out_ptr + i, i + 1)
+        mbarrier.arrive(bar, count=1)
 
     @gluon.jit
     def many(out_ptr, i, a, b, c, d, e, f, g, h, j, k, l, m, n, o, p):  # noqa: E741
@@ -135,6 +154,29 @@ def _scaffold() -> None:
     def kernel(out_ptr):
         gl.warp_specialize(
             [(part, (out_ptr, 0)), (part, (out_ptr, 1)), (part, (out_ptr, 2))], [4, 1], [240, 24]
+        )
+
+    @gluon.jit
+    def kernel_bar0(out_ptr):
+        gl.warp_specialize(
+            [(part_bar0, (out_ptr, 0)), (part, (out_ptr, 1)), (part, (out_ptr, 2))],
+            [4, 1],
+            [240, 24],
+        )
+
+    @gluon.jit
+    def kernel_mbarrier(out_ptr):
+        bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(bar, count=1)
+        fence_async_shared()
+        gl.warp_specialize(
+            [
+                (part_wait, (out_ptr, 0, bar)),
+                (part_arrive, (out_ptr, 1, bar)),
+                (part, (out_ptr, 2)),
+            ],
+            [4, 1],
+            [240, 24],
         )
 
     @gluon.jit
@@ -148,17 +190,20 @@ def _scaffold() -> None:
         )
 
     out = torch.zeros(3, dtype=torch.int32, device="cuda")
-    kernel[(132,)](out, num_warps=4, maxnreg=168)
+    if variant == "many":
+        kernel_many[(132,)](out, 0, num_warps=4, maxnreg=168)
+        want = [106, 107, 108]  # i + 1 + (0 + 1 + ... + 14)
+    else:
+        fn = {"plain": kernel, "bar0": kernel_bar0, "mbarrier": kernel_mbarrier}[variant]
+        fn[(132,)](out, num_warps=4, maxnreg=168)
+        want = [1, 2, 3]
     torch.cuda.synchronize()
-    assert out.tolist() == [1, 2, 3], out
-    kernel_many[(132,)](out, 0, num_warps=4, maxnreg=168)
-    torch.cuda.synchronize()
-    assert out.tolist() == [106, 107, 108], out
+    assert out.tolist() == want, (variant, out)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["scaffold"]:
-        _scaffold()
+    if sys.argv[1:2] == ["scaffold"]:
+        _scaffold(sys.argv[2])
         print("sanitize_kernels: the minimal warp-specialised kernel ran")
     elif sys.argv[1:] == ["ws"]:
         _warp_specialised(torch.tensor([0.01], device="cuda"))
