@@ -16,21 +16,25 @@ bindings, tags, chains, dims, nodes and solutions, with no more visits (a way wh
 first op cannot match the value is skipped unvisited;
 ``tests/fuzz/test_fast_path_equivalence.py`` compares the two).
 
+A straight run of tests adds its visits in one step, before it calls out or where it
+fails (:meth:`_Source.visit`: only a search's total is read); a node that spells the
+arguments a plan reads positionally is read in place, its dims left as spelled where
+only literals test them (:func:`_read_args`).
+
 Example of what is generated, for ``P.op(aten.mul.Tensor, P.op(aten.neg, x), P.scalar("c"))``
 at ``aten.mul.Tensor`` (simplified)::
 
     def fast(value, st, where, k):
-        st.visits += 1
         trail = st.trail
         mark = len(trail)
         <add value to st.nodes>
         args = value._args
         for _ in ONCE:          # a block that ``break`` leaves on failure
             a = args[1]
-            st.visits += 1
-            <"c" must be a scalar; bind it>
+            <"c" must be a scalar (else: st.visits += 2; break); bind it>
             a = args[0]
-            <f = the neg pattern's entry for a's target; break if a cannot start it>
+            <f = the neg pattern's entry for a's target (else: st.visits += 2; break)>
+            st.visits += 2      # the call's and the leaf's, before calling out
             if not f(a, st, (value, 0), TRUE):   # (one way: no continuation)
                 break
             if k():
@@ -70,29 +74,28 @@ def _fetch(src: _Source, child: Any, first: Any, var: str, fail: str) -> None:
         f"    h = ENTRY({c}, {d}, {var}, {fs})",
         "f = h[1]",
     ]
-    if first is None:
-        src.emit(f"if {call}:")
-        for line in lookup:
-            src.emit("    " + line)
-        src.emit("else:")
-        src.emit(f"    f = {c}.fast")
+    if first is None:  # (a value that is no call: the entry for None, as ``fast`` finds)
+        src.emit(f"t = {var}.target if {call} else None")
+        for line in lookup[1:]:
+            src.emit(line)
         return
     src.emit(f"if not ({call}):")
-    src.emit(f"    {fail}")
+    src.leave([fail])
     for line in lookup:
         src.emit(line)
     src.emit("if f is None:")
-    src.emit(f"    {fail}")
+    src.leave([fail])
 
 
-def _variant(src: _Source, simple: list, rest: list, plan: Any, dims: Any) -> None:
+def _variant(src: _Source, simple: list, rest: list, plan: Any, raw: Any) -> None:
     """One argument order: the leaves inline, then the other arguments in order (see
-    :func:`_rest`). ``dims``: the argument indices that ``plan`` reads as dims."""
+    :func:`_rest`). ``raw``: the dim arguments read as the node spells them (see
+    :func:`_read_args`)."""
     src.emit("for _ in ONCE:")
     src.depth += 1
     for idx, pat in simple:
         src.emit(f"a = args[{idx}]")
-        _leaf(src, pat, "a", f"(value, {idx})", ("rank", plan, "value") if idx in dims else None)
+        _leaf(src, pat, "a", f"(value, {idx})", ("rank", plan, "value") if idx in raw else None)
     _rest(src, rest, 0)
     src.depth -= 1
 
@@ -116,6 +119,7 @@ def _rest(src: _Source, rest: list, i: int) -> None:
             nxt = f"k{src.fresh()}"
             src.emit(f"def {nxt}():")
             src.depth += 1
+            outer, src.pending = src.pending, 0  # (the continuation counts its own)
             src.emit("km = len(trail)")
             src.emit("for _ in ONCE:")
             src.depth += 1
@@ -124,11 +128,14 @@ def _rest(src: _Source, rest: list, i: int) -> None:
             src.emit("st.undo(km)")
             src.emit("return False")
             src.depth -= 1
+            src.pending = outer
         _fetch(src, compiled(pat), first, "a", "break")
+        src.flush()
         src.emit(f"if f(a, st, (value, {idx}), {nxt}):")
         src.emit("    return True")
         src.emit("break")
         return
+    src.flush()
     src.emit("if k():")
     src.emit("    return True")
 
@@ -151,6 +158,7 @@ def _one_way_arg(src: _Source, pat: P.Pattern, first: Any, where: str) -> None:
         _inline(src, compiled(pat), target, "a")
         return
     _fetch(src, compiled(pat), first, "a", "break")
+    src.flush()
     src.emit(f"if not f(a, st, {where}, TRUE):")
     src.emit("    break")
 
@@ -180,26 +188,31 @@ def _inline(src: _Source, call: Any, target: Any, var: str) -> None:
     v, args, rank = f"v{n}", f"args{n}", f"rank{n}"
     node = f"({var}.__class__ is Node or isinstance({var}, Node))"
     tg = src.const(target, "TG")
-    src.emit(f"if not ({node} and {var}.op == 'call_function' and {var}.target is {tg}):")
-    src.emit("    break")
+    # (a node whose target is no string is a call: fx checks it)
+    op = "" if not isinstance(target, str) else f" and {var}.op == 'call_function'"
+    src.emit(f"if not ({node}{op} and {var}.target is {tg}):")
+    src.leave(["break"])
     src.emit(f"{v} = {var}")
-    src.emit("st.visits += 1")
+    src.visit()
     depth = src.depth
     if call.shared:
         ca = src.const(call, "CA")
+        src.flush()  # (the block below counts visits the other path does not)
         src.emit(f"if ({ca}, {v}) not in st.done:")  # met before: matched at once
         src.depth += 1
     _prologue(src, call, v, ["break"])
     _read_args(src, plan, v, args, rank, ["break"])
     simple = [(i, p) for i, p in plan.pairs if _simple(p)]
-    dims = _dims_read(plan)
+    raw = _dims_read(plan)[0]
     for idx, p in simple:
         src.emit(f"a = {args}[{idx}]")
-        _leaf(src, p, "a", f"({v}, {idx})", (rank, plan, v) if idx in dims else None)
+        _leaf(src, p, "a", f"({v}, {idx})", (rank, plan, v) if idx in raw else None)
     for idx, p in plan.pairs:
         if not _simple(p):
             src.emit(f"a = {args}[{idx}]")
             _one_way_arg(src, p, _first_set(p), f"({v}, {idx})")
+    if call.shared:
+        src.flush()
     src.depth = depth
 
 
@@ -209,8 +222,7 @@ def _prologue(src: _Source, call: Any, v: str, fail: list[str]) -> None:
         name = repr(call.name)
         src.emit(f"if {name} in binds:")
         src.emit(f"    if binds[{name}] is not {v}:")
-        for line in fail:
-            src.emit("        " + line)
+        src.leave(fail, 2)
         src.emit("else:")
         src.emit(f"    binds[{name}] = {v}")
         src.emit(f"    trail.append((binds, {name}))")
@@ -235,23 +247,51 @@ def _read_args(src: _Source, plan: Any, v: str, args: str, rank: str, fail: list
             src.emit(f"if {plan.need} > len({args}):")
             src.emit(f"    {args} = {read}")
             src.emit(f"    if {plan.need} > len({args}):")
-            for line in fail:
-                src.emit("        " + line)
+            src.leave(fail, 2)
         return
-    if plan.reads is not None:
-        src.emit(f"{args}, {rank} = {pc}.read_ranked({v})")
-    else:
+    if plan.reads is None:
         src.emit(f"{args} = {read}")
-    if plan.need:
-        src.emit(f"if {plan.need} > len({args}):")
-        for line in fail:
-            src.emit("    " + line)
+        if plan.need:
+            src.emit(f"if {plan.need} > len({args}):")
+            src.leave(fail)
+        return
+    # A node spelling every argument the plan reads positionally: its own arguments
+    # (no copy), the dims that only literals test left as spelled (``_leaf`` compares
+    # them as they are first), the others made non-negative here; else read_ranked
+    # (which fills the plan's length: no failure).
+    made = _dims_read(plan)[1]
+    src.emit(f"{args} = {v}.{_ARGS}")
+    src.emit(f"{rank} = NORANK")
+    src.emit(f"if {plan.need} > len({args}):")
+    src.emit(f"    {args}, {rank} = {pc}.read_ranked({v})")
+    if made:
+        src.emit("else:")
+        src.depth += 1
+        for i in made:
+            src.emit(f"d = {args}[{i}]")
+            src.emit("if not (d.__class__ is int and d >= 0) and needs_rank(d):")
+            src.emit(f"    if {rank} is NORANK:")
+            src.emit(f"        {rank} = {pc}.rank({v})")
+            src.emit(f"    if {args}.__class__ is not list:")
+            src.emit(f"        {args} = list({args})")
+            src.emit(f"    {args}[{i}] = canonical_dim(d, {rank})")
+        src.depth -= 1
 
 
-def _dims_read(plan: Any) -> Any:
-    """The argument indices that the plan reads as dims with a known rank."""
+def _dims_read(plan: Any) -> tuple[frozenset, tuple]:
+    """(the dim arguments that a plan reading dims with a known rank leaves as the node
+    spells them: those only literals (or wildcards) test, in every way; the others)."""
     spec = arg_spec(plan.target)
-    return spec.dim_args if spec is not None and not plan.direct and plan.reads else ()
+    if spec is None or plan.direct or not plan.reads:
+        return frozenset(), ()
+    ways = [plan.pairs] + ([plan.swapped_pairs] if plan.swapped_pairs else [])
+    read = sorted({i for i, _ in plan.pairs} & spec.dim_args)
+    raw = frozenset(
+        i
+        for i in read
+        if all(type(p) in (P.Literal, P.Wildcard) for w in ways for j, p in w if j == i)
+    )
+    return raw, tuple(i for i in read if i not in raw)
 
 
 # Generated code's entry tables, one per child matcher: id(target) -> (target, entry, or
@@ -279,33 +319,31 @@ def generate(
     src = _Source()
     src.consts.update(CALL=call, normalized=_normalized, ENTRY=entry, TRUE=_true)
     if pre is None:
-        src.emit("st.visits += 1")
+        src.visit()
         if call.shared:
             src.emit("if (CALL, value) in st.done:")
-            src.emit("    return k()")
+            src.leave(["return k()"])
     src.emit("trail = st.trail")
     src.emit("binds = st.binds")
     src.emit("ns = st.node_set")
     src.emit("mark = len(trail)")
     if pre is not None:
         _wrappers(src, pre)
-        src.emit("st.visits += 1")
+        src.visit()
         if call.shared:
             src.emit("if (CALL, value) in st.done:")
-            src.emit("    if k():")
-            src.emit("        return True")
-            src.emit("    st.undo(mark)")
-            src.emit("    return False")
+            src.leave(["if k():", "    return True", "st.undo(mark)", "return False"])
     _prologue(
         src, call, "value", ["return False"] if pre is None else ["st.undo(mark)", "return False"]
     )
     if plan.missing is not None:
-        src.emit("st.undo(mark)")
-        src.emit("return False")
+        src.leave(["st.undo(mark)", "return False"], 0)
     else:
         _read_args(src, plan, "value", "args", "rank", ["st.undo(mark)", "return False"])
-        dims = _dims_read(plan)
+        raw = _dims_read(plan)[0]
         ways = [pairs] + ([swapped] if swapped is not None else [])
+        if len(ways) > 1:
+            src.flush()  # (each way starts from here)
         for n, ps in enumerate(ways):
             if n:
                 src.emit("st.undo(inner)")
@@ -313,7 +351,8 @@ def generate(
                 src.emit("inner = len(trail)")
             simple = [(i, p) for i, p in ps if _simple(p)]
             rest = [(i, p, _first_set(p)) for i, p in ps if not _simple(p)]
-            _variant(src, simple, rest, plan, dims)
+            _variant(src, simple, rest, plan, raw)
+            assert not src.pending  # every way ends in a call or a failure's exit
         src.emit("st.undo(mark)")
         src.emit("return False")
     name = "fast" if pre is None else "tagged"

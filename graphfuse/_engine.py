@@ -197,9 +197,11 @@ class _Plan:
     def read_ranked(self, node: fx.Node) -> tuple[list, Any]:
         """(:meth:`read`, the rank its dims were made non-negative with: an int, None
         where unknown, or ``_NO_DEFAULT`` where none needed it: the rank is only looked
-        up for a dim that is not already non-negative). Generated code compares a
-        pattern's negative dim literal with that rank (``_codegen._leaf``), looking it
-        up (:meth:`rank`) where it was not."""
+        up for a dim that is not already non-negative). Generated code reads a node
+        this way only where it does not spell the arguments positionally (else it reads
+        them in place, ``_codegen._read_args``); a dim literal is compared as spelled,
+        then both made non-negative with that rank (``_leafcode._leaf``), looked up
+        (:meth:`rank`) where it was not."""
         args, kwargs = node.args, node.kwargs
         out: list = [None] * self.need
         rank: Any = _NO_DEFAULT

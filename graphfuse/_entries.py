@@ -15,7 +15,7 @@ from torch import fx
 from . import dsl as P
 from ._codegen import generate, label
 from ._leafcode import _define, _leaf, _Source
-from ._matcher import _ids_may
+from ._matcher import Keys, _ids_may
 
 
 def leaf_entry(pat: P.Pattern, pre: tuple | None = None) -> Any:
@@ -30,6 +30,7 @@ def leaf_entry(pat: P.Pattern, pre: tuple | None = None) -> Any:
     src.emit("for _ in ONCE:")
     src.depth += 1
     _leaf(src, pat, "value", "where")
+    src.flush()
     src.emit("if k():")
     src.emit("    return True")
     src.depth -= 1
@@ -48,11 +49,14 @@ def _wrappers(src: _Source, pre: tuple | None) -> None:
     for table, pairs in (("st.tags", tags), ("st.chains", tuple((n, ()) for n in chains))):
         if pairs:
             src.emit(f"table = {table}")
+        if len(pairs) > 1 and len(dict(pairs)) == len(pairs):  # one step, undone together
+            src.emit(f"table.update({src.const(dict(pairs), 'TV')})")
+            src.emit(f"trail.append((table, {src.const(Keys(n for n, _ in pairs), 'TK')}))")
+            continue
         for name, value in pairs:
             src.emit(f"table[{name!r}] = {value!r}")
             src.emit(f"trail.append((table, {name!r}))")
-    if skipped:
-        src.emit(f"st.visits += {skipped}")
+    src.visit(skipped)
 
 
 # --------------------------------------------------------------------------- entries
@@ -107,13 +111,15 @@ def _entry_for(matcher: Any, value: Any) -> Any:
         leaf = getattr(final, "leaf", None)
         if leaf is not None and hasattr(final, "pat"):
             return leaf_entry(final.pat, pre)
+        if not tags and not chains:  # (the wrappers' visits with the final's own)
+            if type(final) is _CAlt:
+                return _branches(final, value, skipped)
+            if type(final) is _CMaybe:
+                return functools.partial(final.stepped, True, 1 + skipped)
         return _resolved(_entry_for(final, value), tags, chains, skipped)
     if kind is _CMaybe:
-        return functools.partial(matcher.walk, fast=True)  # (no Python trampoline)
-    ways = tuple(
-        (tag, _entry_for(branch, value)) for tag, branch, _ in matcher._fast_branches(value)
-    )
-    return _branches(ways, matcher.name)
+        return functools.partial(matcher.stepped, True, 1)  # (no Python trampoline)
+    return _branches(matcher, value)
 
 
 def _failing(skipped: int) -> Any:
@@ -140,6 +146,7 @@ def _resolved(fn: Any, tags: tuple, chains: tuple, skipped: int) -> Any:
     src.emit("trail = st.trail")
     src.emit("mark = len(trail)")
     _wrappers(src, (tags, chains, skipped))
+    src.flush()
     src.emit(f"if {fn_name}(value, st, where, k):")
     src.emit("    return True")
     src.emit("st.undo(mark)")
@@ -147,12 +154,15 @@ def _resolved(fn: Any, tags: tuple, chains: tuple, skipped: int) -> Any:
     return _define(src, "tagged", f"<graphfuse tags {tags!r:.40} {chains!r:.40}>")
 
 
-def _branches(ways: tuple, name: str | None) -> Any:
-    """An ``alt`` with several branches that may start at the target: each branch's
-    entry in turn (tagged with its branch where the alt is named)."""
+def _branches(alt: Any, value: Any, skipped: int = 0) -> Any:
+    """An ``alt`` with several branches that may start at ``value``'s target: each
+    branch's entry in turn (tagged with its branch where the alt is named); ``skipped``:
+    the visits of the wrappers resolved in front of it."""
+    ways = tuple((tag, _entry_for(branch, value)) for tag, branch, _ in alt._fast_branches(value))
+    name, visits = alt.name, 1 + skipped
 
     def branches(value: Any, st: Any, where: Any, k: Any) -> bool:
-        st.visits += 1
+        st.visits += visits
         trail = st.trail
         for tag, fn in ways:
             mark = len(trail)

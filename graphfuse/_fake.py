@@ -140,6 +140,7 @@ class FakePropagator:
         keys = self._tensor_keys
         parts: list = []
         append = parts.append
+        deferred = False
         for a in args:
             t = type(a)
             if t is _NODE:
@@ -151,10 +152,13 @@ class FakePropagator:
                     append(hit[1])
                     continue
                 append(a)  # keyed below, once the whole call is known to be plain
+                deferred = True
             elif t in _SCALARS:
                 append((t, a) if t is float or t is bool else a)
             else:
                 return None
+        if not deferred:
+            return tuple(parts)
         for i, a in enumerate(parts):
             if type(a) is _NODE:
                 k = self._arg_key(a)

@@ -49,8 +49,14 @@ def _plain(args: Any) -> bool:
     return True
 
 
+# fx.Graph's ``owning_module`` property returns this field (read directly: a rewrite
+# checks for hooks on every edit)
+_OWNER_FIELD = "_owning_module" in vars(fx.Graph())
+_GRAPH = fx.Graph
+
+
 def _hooked(graph: fx.Graph, name: str) -> bool:
-    owner = graph.owning_module
+    owner = graph._owning_module if _OWNER_FIELD and type(graph) is _GRAPH else graph.owning_module
     return owner is not None and bool(getattr(owner, name, None))
 
 
@@ -299,3 +305,61 @@ def erase(graph: fx.Graph, nodes: list[fx.Node], *, unused_only: bool = False) -
     finally:
         graph._len -= erased
     return skipped
+
+
+_LEGAL_OPS = getattr(_fx_graph, "_legal_ops", None)
+_LINT = fx.Graph.lint
+
+
+def lint(graph: fx.Graph) -> None:
+    """``graph.lint()``: the same checks (each node's op, owner and side-table entry, its
+    arguments defined before it, unique names; with an owning module, the targets), without
+    fx's per-argument message formatting and target hashing. When a check fails, fx's
+    ``lint`` runs to raise its own error."""
+    if not FAST or _LEGAL_OPS is None or type(graph).lint is not _LINT or not _lint_ok(graph):
+        graph.lint()
+
+
+def _lint_ok(graph: fx.Graph) -> bool:
+    """True when ``graph.lint()`` would pass (False: it may not)."""
+    legal, buckets = _LEGAL_OPS, _buckets(graph)
+    calls = _call_buckets(buckets)
+    owner = graph.owning_module
+    seen: set[fx.Node] = set()  # (each of graph: checked before it is added)
+    names: set[str] = set()
+    callables: set[int] = set()  # ids of targets found callable (held by the graph's nodes)
+    for node in graph.nodes:
+        op, target = node.op, node.target
+        if op == "call_function":
+            bucket = _call_bucket(calls, buckets, graph, node)
+            if owner and id(target) not in callables:
+                if not callable(target):
+                    return False
+                callables.add(id(target))
+        elif op not in legal or (owner and not _attr_ok(owner, op, target)):  # type: ignore[operator]
+            return False
+        else:
+            bucket = _bucket(buckets, graph, node)
+        if node.graph is not graph or node not in bucket:
+            return False
+        if not seen.issuperset(node._input_nodes):
+            return False
+        seen.add(node)
+        name = node.name
+        if name in names:
+            return False
+        names.add(name)
+    return True
+
+
+def _attr_ok(owner: Any, op: str, target: Any) -> bool:
+    """The target check of ``lint`` for a node that is not a call_function."""
+    if not isinstance(target, str):
+        return False
+    if op == "get_attr" or op == "call_module":
+        obj = owner
+        for atom in target.split("."):
+            obj = getattr(obj, atom, None)
+            if obj is None or (op == "call_module" and not isinstance(obj, torch.nn.Module)):
+                return False
+    return True

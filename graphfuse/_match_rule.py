@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from torch import fx
 from . import dsl as P
 from ._engine import _m, compiled
 from ._failure import Failure
+from ._leafcode import _ARGS
 from ._match import Match
 from ._matcher import (
     VISITS,
@@ -18,6 +20,7 @@ from ._matcher import (
     _probe,
     _State,
     _Tracer,
+    exact_literal,
     is_metadata_assert,
     target_matches,
 )
@@ -29,7 +32,10 @@ if TYPE_CHECKING:
 def escape_of(nodes: list[fx.Node], roots: tuple[fx.Node, ...], node_set: set) -> Failure | None:
     """The first intermediate (a matched node that is not a root) with a real user outside
     the match, as a :class:`Failure`; None when the match is self-contained."""
+    covers = node_set.issuperset  # (every user inside the match: one C call a node)
     for n in nodes:
+        if covers(n.users):
+            continue
         # by identity: ``in`` on a tuple would call fx.Node's rich comparison per root
         if n is roots[0] or (len(roots) > 1 and any(n is r for r in roots)):
             continue
@@ -105,7 +111,8 @@ def _search(
     that fail go to ``rejected``), and the first failure met on the way."""
     st = _State(tracer, norm)
     pats = rule.patterns
-    _ensure_stack()
+    if sys.getrecursionlimit() < _MIN_RECURSION:
+        sys.setrecursionlimit(_MIN_RECURSION)
     if len(pats) == 1 and not skip and not inline:  # the common case, in one step
         found: list[Match] = []
         roots = (node,)
@@ -144,14 +151,10 @@ def _search(
     return (found[0] if found else None), (failures[0] if failures else None)
 
 
+# Continuations nest a few Python frames per matched pattern node (pure Python calls:
+# no C stack in CPython >= 3.11): a search raises the recursion limit to this at least,
+# to let patterns of thousands of nodes match.
 _MIN_RECURSION = 20_000
-
-
-def _ensure_stack() -> None:
-    """Continuations nest a few Python frames per matched pattern node (pure Python calls:
-    no C stack in CPython >= 3.11); let patterns of thousands of nodes match."""
-    if sys.getrecursionlimit() < _MIN_RECURSION:
-        sys.setrecursionlimit(_MIN_RECURSION)
 
 
 _PROBES: dict[tuple[int, int], tuple[Any, tuple | None]] = {}
@@ -159,8 +162,10 @@ _PROBES: dict[tuple[int, int], tuple[Any, tuple | None]] = {}
 
 def _probes(pat: P.Pattern, target: Any) -> tuple | None:
     """For each way ``pat``'s root can be a call of ``target``: the (position, first set)
-    of its positional arguments that name their op; None when some way cannot be judged
-    by its arguments (a ``maybe`` root, a commutative call)."""
+    of its positional arguments that name their op, and (position, (None, literal)) of
+    those that are a literal compared by class and value alone (a dtype, say: see
+    ``_matcher.exact_literal``); None when some way cannot be judged by its arguments
+    (a ``maybe`` root, a commutative call)."""
     kind = type(pat)
     if kind is P.Typed:
         return _probes(pat.inner, target)  # type: ignore[attr-defined]
@@ -179,14 +184,21 @@ def _probes(pat: P.Pattern, target: Any) -> tuple | None:
         if pat.commutative:  # type: ignore[attr-defined]
             return None
         args = pat.args  # type: ignore[attr-defined]
-        return (tuple((i, fs) for i, a in enumerate(args) if (fs := _first_set(a)) is not None),)
+        ops = tuple((i, fs) for i, a in enumerate(args) if (fs := _first_set(a)) is not None)
+        lits = tuple(
+            (i, (None, a.value))
+            for i, a in enumerate(args)
+            if type(a) is P.Literal and exact_literal(a.value)
+        )
+        return (ops + lits,)
     return None
 
 
 def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
     """True when every way the rule's root can match ``node`` has a positional argument
-    whose root op certainly differs: rules that cannot match a candidate cost a lookup
-    or two, not a match."""
+    whose root op (or exact literal) certainly differs: rules that cannot match a
+    candidate cost a lookup or two, not a match. (A positional argument is what the
+    match reads there: dims are made non-negative, but exact literals are no dims.)"""
     t = node.target
     hit = _PROBES.get((id(pat), id(t)))
     if hit is None or hit[0] is not t:
@@ -195,13 +207,17 @@ def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
     ways = hit[1]
     if ways is None:
         return False
-    args = node.args
+    args = _args(node)
     n = len(args)
     for way in ways:
         for i, exact, packets in way:  # (``_ids_may``, inline)
             if i >= n:
                 continue
             a = args[i]
+            if exact is None:  # an exact literal (``packets``)
+                if a.__class__ is packets.__class__ and a == packets:
+                    continue
+                break
             if not ((a.__class__ is _NODE or isinstance(a, _NODE)) and a.op == "call_function"):
                 break
             at = a.target
@@ -215,6 +231,7 @@ def _quick_reject(pat: P.Pattern, node: fx.Node) -> bool:
 
 
 _NODE = fx.Node
+_args = operator.attrgetter(_ARGS)  # (fx.Node.args is a property reading this slot)
 
 
 def _merged_probes(ways: tuple | None) -> tuple | None:
@@ -226,7 +243,7 @@ def _merged_probes(ways: tuple | None) -> tuple | None:
     single: dict[int, tuple[set, set]] = {}
     out: list[tuple] = []
     for way in ways:
-        if len(way) == 1:
+        if len(way) == 1 and way[0][1][0] is not None:
             ((i, (exact, packets)),) = way
             got = single.setdefault(i, (set(), set()))
             got[0].update(exact)

@@ -66,6 +66,13 @@ class _Tracer:
 VISITS = [0]  # pattern-node visits by every match so far (complexity tests read it)
 
 
+class Keys(tuple):
+    """Trail entries' keys set in one step (generated code records a resolution's tags
+    with one ``dict.update`` and one trail entry): undone together."""
+
+    __slots__ = ()
+
+
 class _State:
     __slots__ = (
         "binds",
@@ -104,6 +111,9 @@ class _State:
             table, key = trail.pop()
             if table is None:
                 self.node_set.discard(self.nodes.pop())
+            elif key.__class__ is Keys:
+                for one in key:
+                    del table[one]
             else:
                 del table[key]
 
@@ -273,6 +283,13 @@ def _bind(st: _State, name: str, value: Any, where: tuple | None) -> bool:
 
 def _val(value: Any) -> Any:
     return value.meta.get("val") if isinstance(value, fx.Node) else None
+
+
+def exact_literal(lit: Any) -> bool:
+    """Whether ``_literal_equal(lit, got, where)`` is ``got.__class__ is type(lit) and
+    got == lit`` (a dtype, a string, None): numbers compare across kinds, lists across
+    list types, and both may be dims."""
+    return not isinstance(lit, (int, float, list, tuple))
 
 
 def _literal_equal(want: Any, got: Any, where: tuple | None) -> bool:

@@ -207,19 +207,25 @@ class _Sweep:
         """What the plain runner erases for ``m`` (a rewrite returning new nodes or inputs):
         its nodes and the metadata asserts on them, but not those on the root (they move
         to the replacement with the root's other users)."""
-        removed, node_set, root = self.removed, m.node_set, m.root
+        removed, node_set, blocked = self.removed, m.node_set, self.blocked
         removed.update(node_set)
-        # (the input graph is not edited during the sweep: users stay as they are)
-        self.blocked.update(node_set, *[n.users for n in m.nodes])
+        # The users of its nodes (the input graph is not edited during the sweep): an
+        # intermediate's are matched nodes or metadata asserts (the escape check), added
+        # below, so only the roots' are added here. (Were one missed, copying it would
+        # meet a left-out argument: a fallback.)
+        blocked.update(node_set)
+        for r in m.roots:
+            blocked.update(r.users)
         if not self.asserts:
             return
+        root = m.root
         for n in m.nodes:
             if n is root:
                 continue
             for u in n.users:
                 if u not in node_set and is_metadata_assert(u):
                     removed.add(u)
-                    self.blocked.update((u,), u.users)
+                    blocked.update((u,), u.users)
 
 
 class _Mentions:
@@ -231,6 +237,9 @@ class _Mentions:
         # id(target) -> the lowest priority of a rule whose patterns name it (or its
         # packet); built when first needed
         self.lowest: dict[int, int] | None = None
+        # id(target) -> (target, whether a pattern of the set names it), for the targets
+        # of new nodes (a rewrite firing a thousand times creates the same few)
+        self.named: dict[int, tuple[Any, bool]] = {}
 
     def _lowest(self) -> dict[int, int]:
         lowest: dict[int, int] = {}
@@ -243,14 +252,18 @@ class _Mentions:
         return lowest
 
     def check(self, created: list[fx.Node], rule: Rule) -> None:
+        named = self.named
         for n in created:
-            if not self.rules.mentions(n.target):
+            t = n.target
+            hit = named.get(id(t))
+            if hit is None or hit[0] is not t:
+                hit = named[id(t)] = (t, self.rules.mentions(t))
+            if not hit[1]:
                 continue
             self.full_sweep = True
             if self.lowest is None:
                 self.lowest = self._lowest()
             lowest = self.lowest
-            t = n.target
             low = min(
                 lowest.get(id(t), rule.priority + 1),
                 lowest.get(id(getattr(t, "overloadpacket", None)), rule.priority + 1),
@@ -281,7 +294,7 @@ def _apply(m: Match, graph: fx.Graph, val_map: dict, fake: FakePropagator, seen:
         created, (new,) = replace_match(m.rebound(binds), graph, fake, (stand_in,), stand_in)
     except RewriteError as exc:  # the plain runner raises it again if it is real
         raise _Fallback("the rewrite failed here") from exc
-    if not any(new is n for n in reversed(created)):  # (the matched root, an input)
+    if new not in created:  # (the matched root, an input; fx.Node's == is identity)
         raise _Fallback("a rewrite returned a node it did not create")
     erase(graph, [stand_in])
     seen.check(created, m.rule)

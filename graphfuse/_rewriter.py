@@ -239,6 +239,8 @@ def _validate(m: Match, builder: Builder, news: tuple[fx.Node, ...]) -> None:
             )
     node_set = m.node_set  # removed: node_set less news
     for node in builder.created:
+        if node_set.isdisjoint(node._input_nodes):  # (the common case: no matched node)
+            continue
         for inp in node.all_input_nodes:
             if inp in node_set and inp not in news:
                 raise RewriteError(

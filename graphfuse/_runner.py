@@ -13,6 +13,7 @@ from torch import fx
 
 from ._errors import FixpointError
 from ._fake import FakePropagator
+from ._fxedit import lint as lint_graph
 from ._match import Match
 from ._match_rule import match_rule
 from ._matcher import _Tracer
@@ -119,7 +120,7 @@ def run_rules(
         fired_last, retry = resume.fired, resume.retry
         report.iterations = first = 1 + bool(fired_last)  # no second sweep when none fired
         if fired_last and lint:
-            graph.lint()
+            lint_graph(graph)
     # normalize() per node, checked against the node's args / kwargs objects on every use
     # (an edit replaces them), so it stays valid across rewrites
     norm: dict = {}
@@ -172,7 +173,7 @@ def run_rules(
         if full_sweep:
             retry = None
         if lint:
-            graph.lint()
+            lint_graph(graph)
     else:
         names = sorted(set(fired_last))
         raise FixpointError(

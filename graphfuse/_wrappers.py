@@ -40,6 +40,7 @@ _FAIL = object()  # the final matcher of a resolution that certainly fails
 # ``node.args`` of a node known to be a call (fx.Node.args is a property reading the
 # ``_args`` slot: read the slot where the property is only that)
 _args = operator.attrgetter(_ARGS)
+_NODE = fx.Node
 
 
 def _resolution(matcher: Any, value: Any) -> tuple:
@@ -136,6 +137,7 @@ class _CMaybe(_Wrapper):
         "inner_first",
         "inner_table",
         "by_target",
+        "steps",
         "res",
         "table",
     )
@@ -150,6 +152,8 @@ class _CMaybe(_Wrapper):
         # id(target) -> (target, is a chain op, the inner pattern may start at it);
         # target None for a value that is not a call
         self.by_target: dict[int, tuple[Any, bool, bool]] = {}
+        # per path (traced, fast): id(target) -> (target, is a chain op, function), see _step
+        self.steps: tuple[dict[int, tuple], dict[int, tuple]] = ({}, {})
         self.res: dict[int, tuple] = {}  # id(target) -> (target, *resolution)
         self.table: dict[int, tuple] = {}  # id(target) -> (target, entry): see _codegen
 
@@ -181,27 +185,35 @@ class _CMaybe(_Wrapper):
         return hit
 
     def walk(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
-        """The chains through the value, longest first, then the inner pattern at each.
-        (Per step: node arguments read from the slot, targets looked up in ``by_target``
-        directly, nodes added to the state in place; on the fast path the inner pattern
-        is called through its entry for the step's target, see ``_inner``.)"""
-        st.visits += 1
-        test, name, by_target = self.where, self.name, self.by_target
+        return self.stepped(fast, 1, value, st, where, k)
+
+    def stepped(
+        self, fast: bool, visits: int, value: Any, st: _State, where: tuple | None, k: Cont
+    ) -> bool:
+        """The chains through the value, longest first, then the inner pattern at each;
+        ``visits``: this maybe's and those of the wrappers resolved in front of it (an
+        entry takes both bound, ``partial(stepped, True, visits)``). Per step:
+        node arguments read from the slot, the target looked up in the path's ``steps``
+        table directly (is it a chain op; the inner pattern's function there, see
+        :meth:`_step`), nodes added to the state in place."""
+        st.visits += visits
+        test, name = self.where, self.name
+        steps_of = self.steps[fast]
         t = (
             value.target
-            if (value.__class__ is fx.Node or isinstance(value, fx.Node))
+            if (value.__class__ is _NODE or isinstance(value, _NODE))
             and value.op == "call_function"
             else None
         )
-        kind = by_target.get(id(t))  # (self._kind(value), its cached case inline)
+        kind = steps_of.get(id(t))  # (self._step(value, fast), its cached case inline)
         if kind is None or kind[0] is not t:
-            kind = self._kind(value)
+            kind = self._step(value, fast)
         args = _args(value) if kind[1] else None
         if not (args and (test is None or test(value))):
             # no chain: the inner pattern at the value itself
-            if fast and not kind[2]:
+            inner = kind[2]
+            if inner is None:
                 return False
-            inner = self._inner(value, kind[0]) if fast else self.inner.m
             if name is None:
                 return inner(value, st, where, k)
             mark = len(st.trail)
@@ -210,27 +222,31 @@ class _CMaybe(_Wrapper):
                 return True
             st.undo(mark)
             return False
-        # (value, chain passed through to reach it, target): the steps where the inner
-        # pattern is tried (on the fast path, only those where it may start)
-        steps: list[tuple[Any, tuple, Any]] = [(value, (), kind[0])] if kind[2] or not fast else []
+        # (value, chain passed through to reach it, the inner pattern's function): the
+        # steps where the inner pattern is tried
+        steps: list[tuple[Any, tuple, Any]] = [(value, (), kind[2])] if kind[2] else []
         chain: tuple = (value,)
         cur = args[0]
         while True:
-            node = cur.__class__ is fx.Node or isinstance(cur, fx.Node)
-            t = cur.target if node and cur.op == "call_function" else None
-            kind = by_target.get(id(t))  # type: ignore[assignment]
+            t = (
+                cur.target
+                if (cur.__class__ is _NODE or isinstance(cur, _NODE)) and cur.op == "call_function"
+                else None
+            )
+            kind = steps_of.get(id(t))
             if kind is None or kind[0] is not t:
-                kind = self._kind(cur)
-            if kind[2] or not fast:
-                steps.append((cur, chain, t))
-            args = _args(cur) if kind[1] else None
+                kind = self._step(cur, fast)
+            if kind[2] is not None:
+                steps.append((cur, chain, kind[2]))
+            if not kind[1]:
+                break
+            args = _args(cur)
             if not (args and (test is None or test(cur))):
                 break
             chain += (cur,)
             cur = args[0]
         trail, ns, nodes, chains = st.trail, st.node_set, st.nodes, st.chains
-        table = self.inner_table
-        for inner_value, through, t in reversed(steps):  # longest chain first
+        for inner_value, through, inner in reversed(steps):  # longest chain first
             mark = len(trail)
             for n in through:
                 if n not in ns:
@@ -240,15 +256,22 @@ class _CMaybe(_Wrapper):
             if name is not None:
                 chains[name] = through
                 trail.append((chains, name))
-            if fast:
-                hit = table.get(id(t))
-                inner = hit[1] if hit is not None and hit[0] is t else self._inner(inner_value, t)
-            else:
-                inner = self.inner.m
             if inner(inner_value, st, where if not through else (through[-1], 0), k):
                 return True
             st.undo(mark)
         return False
+
+    def _step(self, value: Any, fast: bool) -> tuple:
+        """(target, is a chain op, the inner pattern's function at ``value``: on the fast
+        path its entry where it may start there, else None; on the traced path its
+        ``m``), cached per target in ``steps[fast]``."""
+        t, chain_op, may = self._kind(value)
+        if fast:
+            fn = self._inner(value, t) if may else None
+        else:
+            fn = self.inner.m
+        hit = self.steps[fast][id(t)] = (t, chain_op, fn)
+        return hit
 
     def _inner(self, value: Any, t: Any) -> Any:
         """The inner pattern's entry at ``value`` (of target ``t``; None: no call), where

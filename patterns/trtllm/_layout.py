@@ -64,9 +64,10 @@ def _strip(groups: Groups, sizes: dict[str, Any]) -> Groups:
 
 
 # Results of output_layout for int sizes, keyed by everything the simulation reads: the
-# start's shape, B / H / S / D, and per chain op its target and the arguments it reads
-# (dims of a transpose / permute) or its output shape (reshapes). A rule firing on a
-# thousand same-shaped blocks simulates once.
+# start's shape, B / H / S / D, and per chain op how it moves the axes (its _kind) and what
+# it reads: the dims of a transpose / permute, the output shape of a reshape (an identity
+# op reads nothing and is left out). A rule firing on a thousand same-shaped blocks
+# simulates once.
 _CACHE: dict[tuple, str | None] = {}
 _CACHE_MAX = 4096
 STATS = {"hits": 0, "misses": 0}
@@ -74,6 +75,27 @@ STATS = {"hits": 0, "misses": 0}
 
 _INT = frozenset((int,))
 _MISS = object()
+_TRANSPOSE, _PERMUTE, _RESHAPE = "transpose", "permute", "reshape"
+_KINDS: dict[int, tuple[Any, str | None]] = {}  # id(target) -> (target, its kind)
+
+
+def _kind(target: Any) -> str | None:
+    """How a chain op of ``target`` moves the axes: ``_TRANSPOSE``, ``_PERMUTE``, None
+    (an identity: copies, aliases, casts) or ``_RESHAPE`` (reshape, view, _unsafe_view,
+    flatten: regrouped by the output's sizes). Remembered per target (an ``OpOverload``
+    hashes in Python)."""
+    hit = _KINDS.get(id(target))
+    if hit is None or hit[0] is not target:
+        if target is aten.transpose.int:
+            kind: str | None = _TRANSPOSE
+        elif target is aten.permute.default:
+            kind = _PERMUTE
+        elif target in _IDENTITY:
+            kind = None
+        else:
+            kind = _RESHAPE
+        hit = _KINDS[id(target)] = (target, kind)
+    return hit[1]
 
 
 def _ints(xs: Any) -> tuple | None:
@@ -93,20 +115,19 @@ def _cache_key(
         return (shape, names, dims)
     key: list = [shape, names, dims]
     for node in chain:
-        t, args = node.target, node.args
-        if t is aten.transpose.int:
-            read: Any = (args[1], args[2])
-        elif t is aten.permute.default:
-            read = tuple(args[1])
-        elif t in _IDENTITY:
-            read = None
+        kind = _kind(node.target)
+        if kind is None:
+            continue
+        if kind is _RESHAPE:
+            read: Any = tuple(node.meta["val"].shape)
+        elif kind is _TRANSPOSE:
+            args = node.args
+            read = (args[1], args[2])
         else:
-            read = _ints(node.meta["val"].shape)
-            if read is None:
-                return None
-        if read and not _INT.issuperset(map(type, read)):
+            read = tuple(node.args[1])
+        if not _INT.issuperset(map(type, read)):
             return None
-        key.append((t, read))
+        key.append((kind, read))
     return tuple(key)
 
 
@@ -154,14 +175,14 @@ def _simulate(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any])
     for node in reversed(chain):
         if groups is None:
             return None
-        t, args = node.target, node.args
-        if t is aten.transpose.int:
+        kind, args = _kind(node.target), node.args
+        if kind is _TRANSPOSE:
             rank = len(groups)
             d0, d1 = args[1] % rank, args[2] % rank
             groups[d0], groups[d1] = groups[d1], groups[d0]
-        elif t is aten.permute.default:
+        elif kind is _PERMUTE:
             groups = [groups[d % len(groups)] for d in args[1]]
-        elif t in _IDENTITY:
+        elif kind is None:
             continue
         else:  # reshape, view, _unsafe_view, flatten: regroup by the output's sizes
             flat = [lb for g in groups for lb in g]
