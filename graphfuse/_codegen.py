@@ -53,7 +53,7 @@ import torch
 
 from . import dsl as P
 from ._args import arg_spec
-from ._leafcode import _ARGS, _define, _leaf, _Source
+from ._leafcode import _ARGS, _KWARGS, _define, _leaf, _Source
 from ._matcher import _first_set, _one_way, _simple
 from .dsl import _target_repr
 
@@ -245,6 +245,11 @@ def _read_args(src: _Source, plan: Any, v: str, args: str, rank: str, fail: list
         src.emit(f"{args} = {v}.{_ARGS}")
         if plan.need:
             src.emit(f"if {plan.need} > len({args}):")
+            if plan.reads is not None:  # (``plan.read`` inline: no dims to make non-negative)
+                src.depth += 1
+                _read_inline(src, plan, v, args)
+                src.depth -= 1
+                return
             src.emit(f"    {args} = {read}")
             src.emit(f"    if {plan.need} > len({args}):")
             src.leave(fail, 2)
@@ -276,6 +281,22 @@ def _read_args(src: _Source, plan: Any, v: str, args: str, rank: str, fail: list
             src.emit(f"        {args} = list({args})")
             src.emit(f"    {args}[{i}] = canonical_dim(d, {rank})")
         src.depth -= 1
+
+
+def _read_inline(src: _Source, plan: Any, v: str, args: str) -> None:
+    """``args = plan.read(v)`` for a plan that reads no dims, as one list display: per
+    argument read, the keyword, else the positional argument, else the schema default
+    (the other positions None); ``args`` holds the node's positional arguments."""
+    kw = f"kw{src.fresh()}"
+    src.emit(f"{kw} = {v}.{_KWARGS}")
+    items = ["None"] * plan.need
+    for i, name, default, is_dim in plan.reads:
+        assert not is_dim
+        fill = src.const(default, "DF")
+        items[i] = (
+            f"{kw}[{name!r}] if {name!r} in {kw} else {args}[{i}] if {i} < len({args}) else {fill}"
+        )
+    src.emit(f"{args} = [{', '.join(items)}]")
 
 
 def _dims_read(plan: Any) -> tuple[frozenset, tuple]:

@@ -7,7 +7,6 @@ use.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from torch import fx
@@ -115,10 +114,10 @@ def _entry_for(matcher: Any, value: Any) -> Any:
             if type(final) is _CAlt:
                 return _branches(final, value, skipped)
             if type(final) is _CMaybe:
-                return functools.partial(final.stepped, True, 1 + skipped)
+                return final.walker(True, 1 + skipped)
         return _resolved(_entry_for(final, value), tags, chains, skipped)
     if kind is _CMaybe:
-        return functools.partial(matcher.stepped, True, 1)  # (no Python trampoline)
+        return matcher.walker(True, 1)  # (no Python trampoline)
     return _branches(matcher, value)
 
 

@@ -61,6 +61,7 @@ class _Token:
     __slots__ = ()
 
 
+_INT = frozenset((int,))
 _SCALARS = frozenset((type(None), bool, int, float, str, torch.dtype))
 _NODE = fx.Node
 
@@ -75,8 +76,9 @@ class FakePropagator:
         # identity: a nested tuple of dtype, device, sizes and strides is rehashed on
         # every lookup)
         self._tokens: dict[Any, _Token] = {}
-        # id(out) -> (out, dtype, shape) for the fake tensors this propagator made
-        self._made: dict[int, tuple[torch.Tensor, torch.dtype, torch.Size]] = {}
+        # id(out) -> (out, dtype, shape, whether every size is a plain int) for the fake
+        # tensors this propagator made
+        self._made: dict[int, tuple[torch.Tensor, torch.dtype, torch.Size, bool]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -198,13 +200,19 @@ class FakePropagator:
             out = target(*vargs, **vkwargs)
         self._cache[key] = (target, out)
         if isinstance(out, torch.Tensor):
-            self._made[id(out)] = (out, out.dtype, out.shape)
+            shape = out.shape
+            self._made[id(out)] = (out, out.dtype, shape, _INT.issuperset(map(type, shape)))
         return out
 
     def dtype_shape(self, val: torch.Tensor) -> tuple[torch.dtype, torch.Size]:
         """``(val.dtype, val.shape)``, remembered for the values this propagator made (a
         rewrite firing on same-shaped blocks gets the same cached value every time)."""
+        return self.described(val)[:2]
+
+    def described(self, val: torch.Tensor) -> tuple[torch.dtype, torch.Size, bool | None]:
+        """``dtype_shape(val)`` and whether every size is a plain int (None: not known,
+        for a value this propagator did not make)."""
         hit = self._made.get(id(val))
         if hit is not None and hit[0] is val:
-            return hit[1], hit[2]
-        return val.dtype, val.shape
+            return hit[1], hit[2], hit[3]
+        return val.dtype, val.shape, None

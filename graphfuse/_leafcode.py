@@ -25,6 +25,12 @@ _ARGS = (
     and fx.Node.args.fget.__code__.co_names == ("_args",)
     else "args"
 )
+_KWARGS = (  # (the same for ``kwargs``)
+    "_kwargs"
+    if getattr(getattr(fx.Node, "kwargs", None), "fget", None) is not None
+    and fx.Node.kwargs.fget.__code__.co_names == ("_kwargs",)
+    else "kwargs"
+)
 _SYMS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 

@@ -115,14 +115,20 @@ def _same_value_type(new: Any, old: Any, fake: FakePropagator | None = None) -> 
     if isinstance(old, torch.Tensor):
         if not isinstance(new, torch.Tensor):
             return f"a {type(new).__name__} where the graph had a tensor"
-        new_dtype, new_shape = (new.dtype, new.shape) if fake is None else fake.dtype_shape(new)
+        if fake is None:
+            new_dtype, new_shape, new_ints = new.dtype, new.shape, None
+        else:
+            new_dtype, new_shape, new_ints = fake.described(new)
         old_dtype = old.dtype
         if new_dtype != old_dtype:
             return f"dtype {new_dtype} where the graph had {old_dtype}"
         old_shape = old.shape
-        if len(new_shape) != len(old_shape) or not _same_shape(new_shape, old_shape):
-            return f"shape {list(new_shape)} where the graph had {list(old_shape)}"
-        return None
+        if new_ints and _INT.issuperset(map(type, old_shape)):  # (_same_shape, inline)
+            if new_shape == old_shape:
+                return None
+        elif len(new_shape) == len(old_shape) and _same_shape(new_shape, old_shape):
+            return None
+        return f"shape {list(new_shape)} where the graph had {list(old_shape)}"
     if isinstance(old, (tuple, list)):
         if not isinstance(new, (tuple, list)) or len(new) != len(old):
             return "a different number of outputs"

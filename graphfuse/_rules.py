@@ -6,6 +6,7 @@ import operator
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -59,7 +60,18 @@ def _collect_targets(pat: Any, out: set[Any], seen: set[int] | None = None) -> N
         _collect_targets(child, out, seen)
 
 
-_SORT_KEY = operator.attrgetter("_sort_key")
+_SORT_KEY = operator.attrgetter("_sort_key")  # a node's position (one read a node)
+_NODE_OF = operator.itemgetter(1)
+
+
+def _pairs(nodes: list, rules: tuple) -> list:
+    """(rule, node) for each node in order, each node's ``rules`` in order (built in C)."""
+    if len(rules) == 1:
+        return list(zip(repeat(rules[0]), nodes))
+    out: list = [None] * (len(rules) * len(nodes))
+    for j, r in enumerate(rules):
+        out[j :: len(rules)] = zip(repeat(r), nodes)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,27 +201,48 @@ class RuleSet:
     def sweep_order(self, graph: torch.fx.Graph) -> list[tuple[Rule, torch.fx.Node]]:
         """The candidates, each once, in the order a sweep visits them: higher rule
         priority first, then position in the graph, then the rule's place in the set."""
-        # Not one sort of (priority, position, place) keys (about 30 us a block in
-        # Inductor's IR, most of a sweep's bookkeeping): the candidate nodes are sorted
-        # once, by position, and each (rule, node) pair is dealt into its priority's list
-        # in that order, a node's rules in set order (as the tables keep them).
-        levels, place, _ = self._ranks()
-        found: dict[torch.fx.Node, tuple] = {}
-        for nodes, pairs in self._tables(graph):
-            for n in nodes:
-                got = found.get(n)
-                # a node met through two targets (an exact one and its packet): both
-                # tables' rules, each once, in set order
-                found[n] = (
-                    pairs
-                    if got is None
-                    else tuple(sorted(set(got) | set(pairs), key=lambda p: place[p[1]]))
-                )
-        dealt: list[list[tuple[Rule, torch.fx.Node]]] = [[] for _ in range(levels)]
-        for n in sorted(found, key=_SORT_KEY):
-            for level, r in found[n]:
-                dealt[level].append((r, n))
-        return [c for level in dealt for c in level]
+        # Not one sort of (priority, position, place) keys, nor a Python step per pair
+        # (about 10 us a block in Inductor's IR, most of a sweep's bookkeeping): each
+        # target's nodes sorted by position (one key a node: a node has one target),
+        # dealt into the lists of its rules' priorities; a priority that one target feeds
+        # is those nodes with that target's rules; one that several feed, those pairs
+        # merged by position (a node has one target: the lists are disjoint).
+        levels = self._ranks()[0]
+        dealt: list[list[tuple[list, tuple]]] = [[] for _ in range(levels)]
+        for target, by_level in self._targets():
+            nodes = graph.find_nodes(op="call_function", target=target, sort=False)
+            if nodes:
+                nodes = sorted(nodes, key=_SORT_KEY)
+                for level, rules in by_level:
+                    dealt[level].append((nodes, rules))
+        out: list[tuple[Rule, torch.fx.Node]] = []
+        for feeds in dealt:
+            if len(feeds) == 1:
+                out += _pairs(*feeds[0])
+            elif feeds:
+                merged: list[tuple[Rule, torch.fx.Node]] = []
+                for nodes, rules in feeds:
+                    merged += _pairs(nodes, rules)
+                out += sorted(merged, key=_NODE_OF)  # (stable: a node's rules stay in order)
+        return out
+
+    def _targets(self) -> list[tuple[Any, tuple]]:
+        """(target, ((priority rank, its rules in set order), ...)) for each target the
+        set is indexed by (a packet by its overloads, looked up now), each target once:
+        one named both exactly and through its packet has both tables' rules, each once."""
+        _, place, ranked = self._ranks()
+        found: dict[int, tuple[Any, set]] = {}
+        for targets, rules in self._indexed():
+            for target in targets:
+                got = found.setdefault(id(target), (target, set()))
+                got[1].update(ranked[id(rules)])
+        out = []
+        for target, pairs in found.values():
+            by_level: dict[int, list[Rule]] = {}
+            for level, r in sorted(pairs, key=lambda p: place[p[1]]):
+                by_level.setdefault(level, []).append(r)
+            out.append((target, tuple((lv, tuple(rs)) for lv, rs in by_level.items())))
+        return out
 
     def _ranks(self) -> tuple[int, dict[Rule, int], dict[int, tuple]]:
         """(the number of distinct priorities, each rule's place in the set, and for each
@@ -226,20 +259,20 @@ class RuleSet:
             self._ranked = (len(prios), {r: i for i, r in enumerate(self.rules)}, ranked)
         return self._ranked
 
-    def _tables(self, graph: torch.fx.Graph) -> Iterator[tuple[list, tuple]]:
-        """(nodes, rules) for each target the set is indexed by; the rules in set order,
-        each as (its priority's rank, the rule) (see :meth:`_ranks`)."""
-        ranked = self._ranks()[2]
+    def _indexed(self) -> Iterator[tuple[list, list[Rule]]]:
+        """(targets, rules) for each entry of the set's index: an exact target, or a
+        packet's overloads (looked up now)."""
         for target, rules in self._exact.items():
-            nodes = graph.find_nodes(op="call_function", target=target, sort=False)
-            yield nodes, ranked[id(rules)]
+            yield [target], rules
         for packet, rules in self._packets.items():
-            for ovl in packet.overloads():
-                nodes = graph.find_nodes(
-                    op="call_function", target=getattr(packet, ovl), sort=False
-                )
-                yield nodes, ranked[id(rules)]
+            yield [getattr(packet, ovl) for ovl in packet.overloads()], rules
+
+    def _tables(self, graph: torch.fx.Graph) -> Iterator[tuple[list, list[Rule]]]:
+        """(nodes, rules) for each target the set is indexed by; the rules in set order."""
+        for targets, rules in self._indexed():
+            for target in targets:
+                yield graph.find_nodes(op="call_function", target=target, sort=False), rules
 
     def candidates(self, graph: torch.fx.Graph) -> list[tuple[Rule, torch.fx.Node]]:
         """(rule, node) pairs to try, found through the graph's op index (no full scan)."""
-        return [(r, n) for nodes, rules in self._tables(graph) for n in nodes for _, r in rules]
+        return [(r, n) for nodes, rules in self._tables(graph) for n in nodes for r in rules]

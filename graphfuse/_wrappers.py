@@ -6,12 +6,13 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import torch
 from torch import fx
 
 from . import dsl as P
 from ._codegen import _first_table
 from ._entries import entry
-from ._leafcode import _ARGS
+from ._leafcode import _ARGS, _define, _Source
 from ._matcher import (
     Cont,
     _first_set,
@@ -138,6 +139,8 @@ class _CMaybe(_Wrapper):
         "inner_table",
         "by_target",
         "steps",
+        "ends_only",
+        "walkers",
         "res",
         "table",
     )
@@ -154,6 +157,10 @@ class _CMaybe(_Wrapper):
         self.by_target: dict[int, tuple[Any, bool, bool]] = {}
         # per path (traced, fast): id(target) -> (target, is a chain op, function), see _step
         self.steps: tuple[dict[int, tuple], dict[int, tuple]] = ({}, {})
+        # on the fast path, the inner pattern may only start where a chain ends: it can
+        # start at no chain op (``walker`` then tries one step, no list of them)
+        self.ends_only = _disjoint(pat.targets, self.inner_first)
+        self.walkers: dict[tuple[bool, int], Any] = {}  # (fast, visits) -> walker
         self.res: dict[int, tuple] = {}  # id(target) -> (target, *resolution)
         self.table: dict[int, tuple] = {}  # id(target) -> (target, entry): see _codegen
 
@@ -185,81 +192,17 @@ class _CMaybe(_Wrapper):
         return hit
 
     def walk(self, value: Any, st: _State, where: tuple | None, k: Cont, fast: bool) -> bool:
-        return self.stepped(fast, 1, value, st, where, k)
+        return self.walker(fast, 1)(value, st, where, k)
 
-    def stepped(
-        self, fast: bool, visits: int, value: Any, st: _State, where: tuple | None, k: Cont
-    ) -> bool:
-        """The chains through the value, longest first, then the inner pattern at each;
-        ``visits``: this maybe's and those of the wrappers resolved in front of it (an
-        entry takes both bound, ``partial(stepped, True, visits)``). Per step:
-        node arguments read from the slot, the target looked up in the path's ``steps``
-        table directly (is it a chain op; the inner pattern's function there, see
-        :meth:`_step`), nodes added to the state in place."""
-        st.visits += visits
-        test, name = self.where, self.name
-        steps_of = self.steps[fast]
-        t = (
-            value.target
-            if (value.__class__ is _NODE or isinstance(value, _NODE))
-            and value.op == "call_function"
-            else None
-        )
-        kind = steps_of.get(id(t))  # (self._step(value, fast), its cached case inline)
-        if kind is None or kind[0] is not t:
-            kind = self._step(value, fast)
-        args = _args(value) if kind[1] else None
-        if not (args and (test is None or test(value))):
-            # no chain: the inner pattern at the value itself
-            inner = kind[2]
-            if inner is None:
-                return False
-            if name is None:
-                return inner(value, st, where, k)
-            mark = len(st.trail)
-            st.put(st.chains, name, ())
-            if inner(value, st, where, k):
-                return True
-            st.undo(mark)
-            return False
-        # (value, chain passed through to reach it, the inner pattern's function): the
-        # steps where the inner pattern is tried
-        steps: list[tuple[Any, tuple, Any]] = [(value, (), kind[2])] if kind[2] else []
-        chain: tuple = (value,)
-        cur = args[0]
-        while True:
-            t = (
-                cur.target
-                if (cur.__class__ is _NODE or isinstance(cur, _NODE)) and cur.op == "call_function"
-                else None
-            )
-            kind = steps_of.get(id(t))
-            if kind is None or kind[0] is not t:
-                kind = self._step(cur, fast)
-            if kind[2] is not None:
-                steps.append((cur, chain, kind[2]))
-            if not kind[1]:
-                break
-            args = _args(cur)
-            if not (args and (test is None or test(cur))):
-                break
-            chain += (cur,)
-            cur = args[0]
-        trail, ns, nodes, chains = st.trail, st.node_set, st.nodes, st.chains
-        for inner_value, through, inner in reversed(steps):  # longest chain first
-            mark = len(trail)
-            for n in through:
-                if n not in ns:
-                    nodes.append(n)
-                    ns.add(n)
-                    trail.append((None, None))
-            if name is not None:
-                chains[name] = through
-                trail.append((chains, name))
-            if inner(inner_value, st, where if not through else (through[-1], 0), k):
-                return True
-            st.undo(mark)
-        return False
+    def walker(self, fast: bool, visits: int) -> Any:
+        """The function ``fn(value, st, where, k)`` trying the chains through the value,
+        longest first, then the inner pattern at each, generated for this maybe and path
+        (its name, test and ``steps`` table as constants; see :func:`_walk_source`);
+        ``visits``: this maybe's and those of the wrappers resolved in front of it."""
+        fn = self.walkers.get((fast, visits))
+        if fn is None:
+            fn = self.walkers[(fast, visits)] = _walk_source(self, fast, visits)
+        return fn
 
     def _step(self, value: Any, fast: bool) -> tuple:
         """(target, is a chain op, the inner pattern's function at ``value``: on the fast
@@ -280,3 +223,112 @@ class _CMaybe(_Wrapper):
         if hit is None or hit[0] is not t:
             hit = entry(self.inner, self.inner_table, value, self.inner_first)
         return hit[1]
+
+
+def _disjoint(chain_targets: tuple, first: Any) -> bool:
+    """Whether no chain op (exact overloads only: a packet is not judged) is in the
+    first set ``first`` (None: anything)."""
+    if first is None:
+        return False
+    exact, packets = first
+    for t in chain_targets:
+        if isinstance(t, torch._ops.OpOverloadPacket):
+            return False
+        if id(t) in exact or id(getattr(t, "overloadpacket", None)) in packets:
+            return False
+    return True
+
+
+def _walk_source(maybe: _CMaybe, fast: bool, visits: int) -> Any:
+    """A maybe's walk on one path: per node, its target looked up in the path's
+    ``steps`` table (is it a chain op; the inner pattern's function there, see
+    :meth:`_CMaybe._step`), node arguments read from the slot. The chain is followed to
+    its end first and the inner pattern tried there (the longest chain, which is what
+    usually matches); only if that fails are the shorter chains tried, longest first,
+    each node's function looked up again (cached). The chain's nodes are added to the
+    state in place. Where the inner pattern can start at no chain op (``ends_only``, on
+    the fast path) there are no shorter chains to try."""
+    src = _Source()
+    src.consts.update(STEPS=maybe.steps[fast], STEP=maybe._step, FAST=fast, TEST=maybe.where)
+    name = None if maybe.name is None else repr(maybe.name)
+    test = "" if maybe.where is None else " and TEST({0})"
+    call = "({0}.__class__ is Node or isinstance({0}, Node)) and {0}.op == 'call_function'"
+
+    def kind_of(var: str) -> None:
+        src.emit(f"if {call.format(var)}:")
+        src.emit(f"    t = {var}.target")
+        src.emit("else:")
+        src.emit("    t = None")
+        src.emit("kind = STEPS.get(id(t))")
+        src.emit("if kind is None or kind[0] is not t:")
+        src.emit(f"    kind = STEP({var}, FAST)")
+
+    def attempt(var: str, through: str | None, where: str) -> None:
+        """The inner pattern (``inner``) at ``var`` through the chain ``through`` (a
+        local; None: no chain), state undone if it fails."""
+        src.emit("mark = len(trail)")
+        if through is not None:
+            src.emit(f"for n in {through}:")
+            src.emit("    if n not in ns:")
+            src.emit("        nodes.append(n)")
+            src.emit("        ns.add(n)")
+            src.emit("        trail.append((None, None))")
+        if name is not None:
+            src.emit(f"chains[{name}] = {through or '()'}")
+            src.emit(f"trail.append((chains, {name}))")
+        src.emit(f"if inner({var}, st, {where}, k):")
+        src.emit("    return True")
+        src.emit("st.undo(mark)")
+
+    src.emit(f"st.visits += {visits}")
+    kind_of("value")
+    src.emit(f"args = value.{_ARGS} if kind[1] else None")
+    src.emit(f"if not (args{test.format('value')}):")  # no chain: the inner at the value
+    src.depth += 1
+    src.emit("inner = kind[2]")
+    src.emit("if inner is None:")
+    src.emit("    return False")
+    if name is None:
+        src.emit("return inner(value, st, where, k)")
+    else:
+        src.emit("trail = st.trail")
+        src.emit("chains = st.chains")
+        attempt("value", None, "where")
+        src.emit("return False")
+    src.depth -= 1
+    src.emit("chain = (value,)")
+    src.emit("cur = args[0]")
+    src.emit("while True:")
+    src.depth += 1
+    kind_of("cur")
+    src.emit("if not kind[1]:")
+    src.emit("    break")
+    src.emit(f"args = cur.{_ARGS}")
+    src.emit(f"if not (args{test.format('cur')}):")
+    src.emit("    break")
+    src.emit("chain += (cur,)")
+    src.emit("cur = args[0]")
+    src.depth -= 1
+    src.emit("trail = st.trail")
+    src.emit("ns = st.node_set")
+    src.emit("nodes = st.nodes")
+    if name is not None:
+        src.emit("chains = st.chains")
+    src.emit("inner = kind[2]")  # the whole chain
+    src.emit("if inner is not None:")
+    src.depth += 1
+    attempt("cur", "chain", "(chain[-1], 0)")
+    src.depth -= 1
+    if not (fast and maybe.ends_only):  # the shorter chains: each chain node, last first
+        src.emit("for i in range(len(chain) - 1, -1, -1):")
+        src.depth += 1
+        src.emit("cur = chain[i]")
+        kind_of("cur")
+        src.emit("inner = kind[2]")
+        src.emit("if inner is not None:")
+        src.depth += 1
+        src.emit("through = chain[:i]")
+        attempt("cur", "through", "(chain[i - 1], 0) if i else where")
+        src.depth -= 2
+    src.emit("return False")
+    return _define(src, "walk", f"<graphfuse walk {maybe.name} {fast} {visits}>")

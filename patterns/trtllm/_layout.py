@@ -99,7 +99,7 @@ def _kind(target: Any) -> str | None:
 
 
 def _ints(xs: Any) -> tuple | None:
-    out = tuple(xs)
+    out = xs if isinstance(xs, tuple) else tuple(xs)  # (a torch.Size is a tuple)
     return out if _INT.issuperset(map(type, out)) else None
 
 
@@ -119,7 +119,7 @@ def _cache_key(
         if kind is None:
             continue
         if kind is _RESHAPE:
-            read: Any = tuple(node.meta["val"].shape)
+            read: Any = node.meta["val"].shape  # (a torch.Size: hashed and compared as a tuple)
         elif kind is _TRANSPOSE:
             args = node.args
             read = (args[1], args[2])
@@ -143,7 +143,7 @@ _BHSD = ("B", "H", "S", "D")
 def bhsd_layout(start: fx.Node, chain: tuple[fx.Node, ...], dims: tuple) -> str | None:
     """``output_layout`` with the sizes ``B, H, S, D = dims``."""
     if not chain:  # the common case, looked up inline: _cache_key's key for no chain
-        shape = tuple(start.meta["val"].shape)
+        shape = start.meta["val"].shape  # (a torch.Size: hashed and compared as a tuple)
         if _INT.issuperset(map(type, shape)) and _INT.issuperset(map(type, dims)):
             got = _CACHE.get((shape, _BHSD, dims), _MISS)
             if got is not _MISS:

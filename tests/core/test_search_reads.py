@@ -1,0 +1,54 @@
+"""A plan that reads no dims, at a node that does not spell every argument it reads
+positionally, is read by generated code inline (``_codegen._read_inline``): keyword,
+else positional argument, else schema default, as ``_Plan.read`` and the traced path."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch import fx
+
+import graphfuse._matcher as matcher
+from graphfuse import Rule
+from graphfuse import dsl as P
+from graphfuse._engine import compiled
+from graphfuse._match import Match
+from graphfuse._match_rule import match_rule
+from graphfuse._matcher import _Tracer
+from tests.core._models import fake_input_graph
+
+aten = torch.ops.aten
+
+
+def _keep(m: Match, b: object) -> fx.Node:
+    return m.root
+
+
+def _outcome(rule: Rule, node: fx.Node, tracer: _Tracer | None) -> tuple:
+    before = matcher.VISITS[0]
+    m = match_rule(rule, node, tracer)
+    visits = matcher.VISITS[0] - before
+    return (m.binds if isinstance(m, Match) else None), visits
+
+
+@pytest.mark.parametrize("spelled", ["keyword", "default", "positional"])
+def test_keyword_positional_and_default_reads(spelled: str) -> None:
+    g, x, val = fake_input_graph(2, 3)
+    kwargs = {"dtype": torch.bfloat16} if spelled == "keyword" else {}
+    args = (x, torch.bfloat16) if spelled == "positional" else (x,)
+    target = aten.to.dtype if spelled == "positional" else aten._to_copy.default
+    node = g.call_function(target, args, kwargs)
+    node.meta["val"] = val
+    g.output(node)
+    rule = Rule("r", P.op(target, P.tensor("x"), dtype=P.any("d")), _keep)
+    plan = compiled(rule.patterns[0]).plan_for(target)
+    assert plan.direct and plan.reads is not None
+    fast, fast_visits = _outcome(rule, node, None)
+    traced, traced_visits = _outcome(rule, node, _Tracer())
+    assert fast == traced and fast_visits == traced_visits
+    assert fast["x"] is x
+    assert fast["d"] == (None if spelled == "default" else torch.bfloat16)
+    source = plan.code().source
+    assert ".read(" not in source and re.search(r"kw\d+ = value\._?kwargs", source)
