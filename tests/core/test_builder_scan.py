@@ -87,8 +87,21 @@ def test_scan_agrees_with_the_general_checks(target: Any, spec: tuple) -> None:
     assert _plain(args)
     want = fake._key_parts(args)  # (the same propagator: the same tokens)
     assert (got is _MISSING) == (want is None)
+    warm = fake.scan(args, g)  # every value now keyed (unless it has none): the same parts
+    assert (warm is _MISSING) == (want is None)
     if want is not None:
-        assert got == want
+        assert got == warm == want
+        assert all(type(p) is not fx.Node for p in warm)
+
+
+def test_a_value_keyed_through_another_node_is_a_hit() -> None:
+    g, nodes = _graph()
+    fake = FakePropagator()
+    first = fake.scan((nodes["x"], 2.0), g)
+    same_val = g.placeholder("x2")
+    same_val.meta["val"] = nodes["x"].meta["val"]
+    assert fake.scan((same_val, 2.0), g) == first
+    assert first[1] == (float, 2.0)
 
 
 class _SlowFake(FakePropagator):

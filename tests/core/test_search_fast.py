@@ -22,22 +22,11 @@ from graphfuse._match import Match
 from graphfuse._match_rule import _quick_reject, match_rule
 from graphfuse._matcher import _Tracer
 from tests.core._models import fake_input_graph
+from tests.core._outcomes import keep_root as _keep
+from tests.core._outcomes import match_outcome as _outcome
 
 aten = torch.ops.aten
 prims = torch.ops.prims
-
-
-def _keep(m: Match, b: object) -> fx.Node:
-    return m.root
-
-
-def _outcome(rule: Rule, node: fx.Node, tracer: _Tracer | None) -> tuple:
-    before = matcher.VISITS[0]
-    m = match_rule(rule, node, tracer)
-    visits = matcher.VISITS[0] - before
-    if not isinstance(m, Match):
-        return (None, visits)
-    return (m.binds, m.tags, m.chains, m.nodes, m.dims, visits)
 
 
 def _softmax_graph(dim: object, kw: bool = False) -> tuple[fx.Graph, fx.Node]:

@@ -8,29 +8,16 @@ import re
 
 import pytest
 import torch
-from torch import fx
 
-import graphfuse._matcher as matcher
 from graphfuse import Rule
 from graphfuse import dsl as P
 from graphfuse._engine import compiled
-from graphfuse._match import Match
-from graphfuse._match_rule import match_rule
 from graphfuse._matcher import _Tracer
 from tests.core._models import fake_input_graph
+from tests.core._outcomes import keep_root as _keep
+from tests.core._outcomes import match_outcome as _outcome
 
 aten = torch.ops.aten
-
-
-def _keep(m: Match, b: object) -> fx.Node:
-    return m.root
-
-
-def _outcome(rule: Rule, node: fx.Node, tracer: _Tracer | None) -> tuple:
-    before = matcher.VISITS[0]
-    m = match_rule(rule, node, tracer)
-    visits = matcher.VISITS[0] - before
-    return (m.binds if isinstance(m, Match) else None), visits
 
 
 @pytest.mark.parametrize("spelled", ["keyword", "default", "positional"])
@@ -45,9 +32,10 @@ def test_keyword_positional_and_default_reads(spelled: str) -> None:
     rule = Rule("r", P.op(target, P.tensor("x"), dtype=P.any("d")), _keep)
     plan = compiled(rule.patterns[0]).plan_for(target)
     assert plan.direct and plan.reads is not None
-    fast, fast_visits = _outcome(rule, node, None)
-    traced, traced_visits = _outcome(rule, node, _Tracer())
+    *fast, fast_visits = _outcome(rule, node, None)
+    *traced, traced_visits = _outcome(rule, node, _Tracer())
     assert fast == traced and fast_visits == traced_visits
+    fast = fast[0]
     assert fast["x"] is x
     assert fast["d"] == (None if spelled == "default" else torch.bfloat16)
     source = plan.code().source
