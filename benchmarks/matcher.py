@@ -10,7 +10,8 @@ One block is traced once per IR and tiled N times (node_copy, so every node keep
 - ``core``: the same after ``run_decompositions()`` (core ATen: bmm / views / permute),
 - ``inductor``: Inductor's own ``fwd_only`` trace (the IR its search pattern has).
 
-Every tool gets the same tiled graph (a fresh copy each), interleaved, median of repeats.
+Every tool gets the same tiled graph (a fresh copy each), interleaved, median of repeats
+(the baselines run once above N = 1,000), garbage collected before each timed run.
 graphfuse is timed as a whole ``apply`` (copy + rewrite + recompile, split in the table;
 its rules are all ``local``, so ``apply`` matches the first sweep on the input and builds
 the output in one pass: ``planned`` in the JSON);
@@ -29,6 +30,7 @@ and IR, so a run cut short keeps the rows it finished.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -242,7 +244,9 @@ def main() -> None:
         last: dict[str, list[tuple[int, float]]] = {}
         for n in sizes:
             gm = tile(one, n)
-            reps = a.repeats if n <= 1000 else 1
+            # graphfuse takes seconds even at N = 10,000: its rows are medians of --repeats
+            # at every size; the baselines (minutes) run once above N = 1,000
+            reps = a.repeats
             tools = ["graphfuse", "graphfuse+100 unrelated", "replace_pattern"]
             if ir == "inductor":
                 tools += ["inductor (precompiled)", "inductor"]
@@ -291,10 +295,11 @@ def main() -> None:
                 )
                 print(msg)
                 notes.append(msg)
-            for _ in range(reps):  # interleaved
+            for rep in range(reps):  # interleaved
                 for tool in tools:
-                    if tool in skip:
+                    if tool in skip or (rep and n > 1000 and not tool.startswith("graphfuse")):
                         continue
+                    gc.collect()  # no tool pays for the garbage of the one before
                     if tool == "graphfuse":
                         r = run_graphfuse(gm, rules, n)
                     elif tool == "graphfuse+100 unrelated":
