@@ -195,6 +195,31 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def _estimate(hist: list[tuple[int, float]], n: int) -> float:
+    """A baseline's time at ``n`` extrapolated from its times at smaller sizes: the scaling
+    measured on the two largest so far (else linear), between N^1 and N^2; 0 with none."""
+    if not hist:
+        return 0.0
+    (n1, t1), (n0, t0) = hist[-1], (hist[-2] if len(hist) > 1 else hist[-1])
+    exp = min(max(math.log(t1 / t0) / math.log(n1 / n0), 1.0), 2.0) if n0 != n1 else 1.0
+    return t1 * (n / n1) ** exp
+
+
+def _rules_for(ir: str, one: fx.GraphModule, trtllm: RuleSet, notes: list[str]) -> RuleSet:
+    """The bundled rules, plus a local rule traced from the block where they fuse nothing."""
+    probe = run_graphfuse(tile(one, 2), trtllm, 2)
+    if probe["ok"]:
+        return trtllm
+    msg = (
+        f"NOTE {ir}: the bundled trtllm rules do not match this IR's block "
+        f"({probe['matches']} of 2 fused); graphfuse runs trtllm + a LOCAL "
+        f"rule traced from the block (local_attention_fp8_{ir})"
+    )
+    print(msg)
+    notes.append(msg)
+    return RuleSet(f"trtllm+local_{ir}", [local_rule(ir), *trtllm])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100,1000,4000,10000")
@@ -215,7 +240,6 @@ def main() -> None:
     trtllm = graphfuse.load_patterns("trtllm")
     rows: list[dict] = []
     notes: list[str] = []
-    rule_sets: dict[str, RuleSet] = {}
 
     def save() -> None:
         """Write the JSON now (after every size and IR), so a run cut short keeps its rows."""
@@ -236,92 +260,76 @@ def main() -> None:
             flush=True,
         )
 
-    warmed: dict[str, float] = {}
     print(f"{'ir':9} {'N':>6} {'tool':28} {'time':>12} {'per match':>18} {'vs gf':>9}")
     for ir in irs:
         one = traced(link, ir)
         pattern = traced(block, ir)
-        last: dict[str, list[tuple[int, float]]] = {}
-        for n in sizes:
-            gm = tile(one, n)
-            # graphfuse takes seconds even at N = 10,000: its rows are medians of --repeats
-            # at every size; the baselines (minutes) run once above N = 1,000
-            reps = a.repeats
-            tools = ["graphfuse", "graphfuse+100 unrelated", "replace_pattern"]
-            if ir == "inductor":
-                tools += ["inductor (precompiled)", "inductor"]
-            tools = [t for t in tools if _tool_kind(t) in wanted]
-            times: dict[str, list[dict]] = {t: [] for t in tools}
-            skip: dict[str, float] = {}
-            for tool in tools:
-                hist = last.get(tool, [])
-                if hist and not tool.startswith("graphfuse"):
-                    # scaling measured on the two largest sizes so far (else linear)
-                    (n1, t1), (n0, t0) = hist[-1], (hist[-2] if len(hist) > 1 else hist[-1])
-                    exp = (
-                        min(max(math.log(t1 / t0) / math.log(n1 / n0), 1.0), 2.0)
-                        if n0 != n1
-                        else 1.0
-                    )
-                    est = t1 * (n / n1) ** exp
-                    if est > a.skip_over:
-                        skip[tool] = est
-            rules = rule_sets.get(ir)
-            if rules is None:
-                probe = run_graphfuse(tile(one, 2), trtllm, 2)
-                rules = trtllm
-                if not probe["ok"]:
-                    rules = RuleSet(f"trtllm+local_{ir}", [local_rule(ir), *trtllm])
-                    msg = (
-                        f"NOTE {ir}: the bundled trtllm rules do not match this IR's block "
-                        f"({probe['matches']} of 2 fused); graphfuse runs trtllm + a LOCAL "
-                        f"rule traced from the block (local_attention_fp8_{ir})"
-                    )
-                    print(msg)
-                    notes.append(msg)
-                rule_sets[ir] = rules
-            extra = RuleSet(f"{rules.name}+unrelated", list(rules) + unrelated_rules())
-            if ir not in warmed:
-                # A rule set's first use in a process compiles its patterns and generates
-                # their matching code (once per rule set, like Inductor's precompile, which
-                # is its own row): timed here on a 2-block chain, not in the rows.
-                t0 = time.perf_counter()
-                run_graphfuse(tile(one, 2), rules, 2)
-                run_graphfuse(tile(one, 2), extra, 2)
-                warmed[ir] = time.perf_counter() - t0
-                msg = (
-                    f"first use in this process of {rules.name} (+ the unrelated rules) at "
-                    f"{ir}, on 2 blocks: {warmed[ir]:.3f} s (pattern compile and code generation)"
-                )
-                print(msg)
-                notes.append(msg)
-            for rep in range(reps):  # interleaved
+        rules = _rules_for(ir, one, trtllm, notes)
+        extra = RuleSet(f"{rules.name}+unrelated", list(rules) + unrelated_rules())
+        # A rule set's first use in a process compiles its patterns and generates their
+        # matching code (once per rule set, like Inductor's precompile, which is its own
+        # row): timed here on a 2-block chain, not in the rows.
+        t0 = time.perf_counter()
+        run_graphfuse(tile(one, 2), rules, 2)
+        run_graphfuse(tile(one, 2), extra, 2)
+        msg = (
+            f"first use in this process of {rules.name} (+ the unrelated rules) at {ir}, "
+            f"on 2 blocks: {time.perf_counter() - t0:.3f} s (pattern compile and code generation)"
+        )
+        print(msg)
+        notes.append(msg)
+        gms = {n: tile(one, n) for n in sizes}
+        tools = ["graphfuse", "graphfuse+100 unrelated", "replace_pattern"]
+        if ir == "inductor":
+            tools += ["inductor (precompiled)", "inductor"]
+        tools = [t for t in tools if _tool_kind(t) in wanted]
+        times: dict[int, dict[str, list[dict]]] = {n: {t: [] for t in tools} for n in sizes}
+        skip: dict[int, dict[str, float]] = {n: {} for n in sizes}
+        last: dict[str, list[tuple[int, float]]] = {}  # a baseline's first-round times
+        # Rounds, each over every size and tool in turn, so that a slow spell of this
+        # shared machine lands on every size alike (the N = 10,000 / 1,000 ratio compares
+        # medians of the same rounds). graphfuse takes seconds even at N = 10,000: its rows
+        # are medians of --repeats rounds at every size; the baselines (minutes) run in
+        # the first round only above N = 1,000.
+        for rep in range(a.repeats):
+            for n in sizes:
+                t_round = time.perf_counter()
                 for tool in tools:
-                    if tool in skip or (rep and n > 1000 and not tool.startswith("graphfuse")):
+                    baseline = not tool.startswith("graphfuse")
+                    if rep == 0 and baseline:
+                        est = _estimate(last.get(tool, []), n)
+                        if est > a.skip_over:
+                            skip[n][tool] = est
+                    if tool in skip[n] or (rep and n > 1000 and baseline):
                         continue
                     gc.collect()  # no tool pays for the garbage of the one before
                     if tool == "graphfuse":
-                        r = run_graphfuse(gm, rules, n)
+                        r = run_graphfuse(gms[n], rules, n)
                     elif tool == "graphfuse+100 unrelated":
-                        r = run_graphfuse(gm, extra, n)
+                        r = run_graphfuse(gms[n], extra, n)
                     elif tool == "replace_pattern":
-                        r = run_replace_pattern(gm, pattern, n)
+                        r = run_replace_pattern(gms[n], pattern, n)
                     else:
-                        r = run_inductor(gm, n, precompiled="precompiled" in tool)
-                    times[tool].append(r)
-            gf_time = _median([r["time"] for r in times["graphfuse"]])
+                        r = run_inductor(gms[n], n, precompiled="precompiled" in tool)
+                    times[n][tool].append(r)
+                    if rep == 0 and baseline:
+                        last.setdefault(tool, []).append((n, r["time"]))
+                took = time.perf_counter() - t_round
+                print(f"  ({ir} round {rep + 1}/{a.repeats} N={n}: {took:.1f} s)", flush=True)
+        for n in sizes:
+            gf_time = _median([r["time"] for r in times[n]["graphfuse"]])
             for tool in tools:
-                if tool in skip:
-                    msg = f"skipped {tool} at {ir} N={n}: extrapolated {skip[tool]:.0f} s"
+                if tool in skip[n]:
+                    msg = f"skipped {tool} at {ir} N={n}: extrapolated {skip[n][tool]:.0f} s"
                     print(msg)
                     notes.append(msg)
-                    rows.append(dict(ir=ir, n=n, tool=tool, skipped=True, estimate=skip[tool]))
+                    rows.append(dict(ir=ir, n=n, tool=tool, skipped=True, estimate=skip[n][tool]))
                     continue
-                rs = times[tool]
+                rs = times[n][tool]
                 t = _median([r["time"] for r in rs])
-                last.setdefault(tool, []).append((n, t))
                 kw = dict(ir=ir, n=n, tool=tool, time=t, matches=rs[0]["matches"], ok=rs[0]["ok"])
                 kw["ratio"] = t / gf_time
+                kw["runs"] = len(rs)
                 if tool.startswith("graphfuse"):
                     for ph in ("copy", "rewrite", "recompile"):
                         kw[ph] = _median([r[ph] for r in rs])
@@ -335,7 +343,7 @@ def main() -> None:
                 if not kw["ok"]:
                     kw["split"] = kw.get("split", "") + f" MISMATCH: {rs[0]['matches']} of {n}"
                 row(**kw)
-            save()
+        save()
 
     for ir in ("export", "core"):
         if a.llama_layers <= 0:
