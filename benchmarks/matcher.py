@@ -195,6 +195,24 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def calibrate() -> float:
+    """Milliseconds this machine takes now for a fixed fx workload (5,000 nodes built into a
+    graph, then its Python code generated): best of 3. The 2-core machine the section-1
+    numbers come from runs 1.5-1.7x slower in some hours than in others; rows carry the
+    calibration of their rounds, so runs from different hours can be compared."""
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        g = fx.Graph()
+        x = g.placeholder("x")
+        for _ in range(5000):
+            x = g.call_function(aten.neg.default, (x,))
+        g.output(x)
+        g.python_code("self")
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
 def _estimate(hist: list[tuple[int, float]], n: int) -> float:
     """A baseline's time at ``n`` extrapolated from its times at smaller sizes: the scaling
     measured on the two largest so far (else linear), between N^1 and N^2; 0 with none."""
@@ -285,6 +303,7 @@ def main() -> None:
         tools = [t for t in tools if _tool_kind(t) in wanted]
         times: dict[int, dict[str, list[dict]]] = {n: {t: [] for t in tools} for n in sizes}
         skip: dict[int, dict[str, float]] = {n: {} for n in sizes}
+        calib: dict[int, list[float]] = {n: [] for n in sizes}
         last: dict[str, list[tuple[int, float]]] = {}  # a baseline's first-round times
         # Rounds, each over every size and tool in turn, so that a slow spell of this
         # shared machine lands on every size alike (the N = 10,000 / 1,000 ratio compares
@@ -293,6 +312,7 @@ def main() -> None:
         # the first round only above N = 1,000.
         for rep in range(a.repeats):
             for n in sizes:
+                calib[n].append(calibrate())
                 t_round = time.perf_counter()
                 for tool in tools:
                     baseline = not tool.startswith("graphfuse")
@@ -315,7 +335,11 @@ def main() -> None:
                     if rep == 0 and baseline:
                         last.setdefault(tool, []).append((n, r["time"]))
                 took = time.perf_counter() - t_round
-                print(f"  ({ir} round {rep + 1}/{a.repeats} N={n}: {took:.1f} s)", flush=True)
+                print(
+                    f"  ({ir} round {rep + 1}/{a.repeats} N={n}: {took:.1f} s, "
+                    f"calibration {calib[n][-1]:.1f} ms)",
+                    flush=True,
+                )
         for n in sizes:
             gf_time = _median([r["time"] for r in times[n]["graphfuse"]])
             for tool in tools:
@@ -330,6 +354,7 @@ def main() -> None:
                 kw = dict(ir=ir, n=n, tool=tool, time=t, matches=rs[0]["matches"], ok=rs[0]["ok"])
                 kw["ratio"] = t / gf_time
                 kw["runs"] = len(rs)
+                kw["calibration_ms"] = _median(calib[n])
                 if tool.startswith("graphfuse"):
                     for ph in ("copy", "rewrite", "recompile"):
                         kw[ph] = _median([r[ph] for r in rs])
@@ -338,7 +363,8 @@ def main() -> None:
                     kw["split"] = (
                         f"copy {kw['copy']:.3f} rewrite {kw['rewrite']:.3f} "
                         f"({kw['rewrite_us_per_match']:.0f} us/match) "
-                        f"recompile {kw['recompile']:.3f}"
+                        f"recompile {kw['recompile']:.3f} "
+                        f"[calibration {kw['calibration_ms']:.0f} ms]"
                     )
                 if not kw["ok"]:
                     kw["split"] = kw.get("split", "") + f" MISMATCH: {rs[0]['matches']} of {n}"
