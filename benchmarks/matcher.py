@@ -10,8 +10,11 @@ One block is traced once per IR and tiled N times (node_copy, so every node keep
 - ``core``: the same after ``run_decompositions()`` (core ATen: bmm / views / permute),
 - ``inductor``: Inductor's own ``fwd_only`` trace (the IR its search pattern has).
 
-Every tool gets the same tiled graph (a fresh copy each), interleaved, median of repeats
-(the baselines run once above N = 1,000), garbage collected before each timed run.
+Every tool gets the same tiled graph (a fresh copy each). ``--repeats`` rounds, each over
+every size and tool in turn; a row is the median of its rounds (``best``: the fastest), the
+baselines run in the first round only above N = 1,000, garbage collected before each timed
+run. Each round also times a fixed fx workload (``calibration_ms``, see ``calibrate``):
+this shared machine's speed varies by up to 1.7x between hours.
 graphfuse is timed as a whole ``apply`` (copy + rewrite + recompile, split in the table;
 its rules are all ``local``, so ``apply`` matches the first sweep on the input and builds
 the output in one pass: ``planned`` in the JSON);
@@ -23,8 +26,8 @@ baselines would need one pattern per spelling) and 100 unrelated rules next to t
 set (cost per candidate node).
 
 Run: ``python benchmarks/matcher.py`` (``--sizes 100,1000`` for a quick look; ``--tools
-graphfuse`` skips the baselines while iterating). The JSON is rewritten after every size
-and IR, so a run cut short keeps the rows it finished.
+graphfuse`` skips the baselines while iterating). The JSON is rewritten after every IR,
+so a run cut short keeps the rows it finished.
 """
 
 from __future__ import annotations
@@ -223,6 +226,34 @@ def _estimate(hist: list[tuple[int, float]], n: int) -> float:
     return t1 * (n / n1) ** exp
 
 
+def _summary(
+    ir: str, n: int, tool: str, rs: list[dict], gf_time: float, calib: list[float]
+) -> dict:
+    """One table row: the median of a tool's rounds (graphfuse: and of its phases), its
+    ratio to graphfuse's median, the fastest round, the rounds' median calibration."""
+    t = _median([r["time"] for r in rs])
+    kw: dict[str, Any] = dict(
+        ir=ir, n=n, tool=tool, time=t, matches=rs[0]["matches"], ok=rs[0]["ok"]
+    )
+    kw["ratio"] = t / gf_time
+    kw["runs"] = len(rs)
+    kw["calibration_ms"] = _median(calib)
+    kw["best"] = min(r["time"] for r in rs)  # (the round least hit by noise)
+    if tool.startswith("graphfuse"):
+        for ph in ("copy", "rewrite", "recompile"):
+            kw[ph] = _median([r[ph] for r in rs])
+        kw["rewrite_us_per_match"] = kw["rewrite"] / max(kw["matches"], 1) * 1e6
+        kw["planned"] = all(r["planned"] for r in rs)
+        kw["split"] = (
+            f"copy {kw['copy']:.3f} rewrite {kw['rewrite']:.3f} "
+            f"({kw['rewrite_us_per_match']:.0f} us/match) "
+            f"recompile {kw['recompile']:.3f} [calibration {kw['calibration_ms']:.0f} ms]"
+        )
+    if not kw["ok"]:
+        kw["split"] = kw.get("split", "") + f" MISMATCH: {rs[0]['matches']} of {n}"
+    return kw
+
+
 def _rules_for(ir: str, one: fx.GraphModule, trtllm: RuleSet, notes: list[str]) -> RuleSet:
     """The bundled rules, plus a local rule traced from the block where they fuse nothing."""
     probe = run_graphfuse(tile(one, 2), trtllm, 2)
@@ -349,27 +380,7 @@ def main() -> None:
                     notes.append(msg)
                     rows.append(dict(ir=ir, n=n, tool=tool, skipped=True, estimate=skip[n][tool]))
                     continue
-                rs = times[n][tool]
-                t = _median([r["time"] for r in rs])
-                kw = dict(ir=ir, n=n, tool=tool, time=t, matches=rs[0]["matches"], ok=rs[0]["ok"])
-                kw["ratio"] = t / gf_time
-                kw["runs"] = len(rs)
-                kw["calibration_ms"] = _median(calib[n])
-                kw["best"] = min(r["time"] for r in rs)  # (the round least hit by noise)
-                if tool.startswith("graphfuse"):
-                    for ph in ("copy", "rewrite", "recompile"):
-                        kw[ph] = _median([r[ph] for r in rs])
-                    kw["rewrite_us_per_match"] = kw["rewrite"] / max(kw["matches"], 1) * 1e6
-                    kw["planned"] = all(r["planned"] for r in rs)
-                    kw["split"] = (
-                        f"copy {kw['copy']:.3f} rewrite {kw['rewrite']:.3f} "
-                        f"({kw['rewrite_us_per_match']:.0f} us/match) "
-                        f"recompile {kw['recompile']:.3f} "
-                        f"[calibration {kw['calibration_ms']:.0f} ms]"
-                    )
-                if not kw["ok"]:
-                    kw["split"] = kw.get("split", "") + f" MISMATCH: {rs[0]['matches']} of {n}"
-                row(**kw)
+                row(**_summary(ir, n, tool, times[n][tool], gf_time, calib[n]))
         save()
 
     for ir in ("export", "core"):
