@@ -204,14 +204,10 @@ class FakePropagator:
             self._made[id(out)] = (out, out.dtype, shape, _INT.issuperset(map(type, shape)))
         return out
 
-    def dtype_shape(self, val: torch.Tensor) -> tuple[torch.dtype, torch.Size]:
-        """``(val.dtype, val.shape)``, remembered for the values this propagator made (a
-        rewrite firing on same-shaped blocks gets the same cached value every time)."""
-        return self.described(val)[:2]
-
     def described(self, val: torch.Tensor) -> tuple[torch.dtype, torch.Size, bool | None]:
-        """``dtype_shape(val)`` and whether every size is a plain int (None: not known,
-        for a value this propagator did not make)."""
+        """``(val.dtype, val.shape)``, remembered for the values this propagator made (a
+        rewrite firing on same-shaped blocks gets the same cached value every time), and
+        whether every size is a plain int (None: not known, for a value it did not make)."""
         hit = self._made.get(id(val))
         if hit is not None and hit[0] is val:
             return hit[1], hit[2], hit[3]

@@ -18,19 +18,17 @@ from ._args import _NO_DEFAULT, canonical_dim, needs_rank
 from ._matcher import _literal_equal, _type_ok, exact_literal
 
 _ONCE = (None,)
-# fx.Node.args is a Python property returning ``_args``: read the slot where it is only that
-_ARGS = (
-    "_args"
-    if getattr(getattr(fx.Node, "args", None), "fget", None) is not None
-    and fx.Node.args.fget.__code__.co_names == ("_args",)
-    else "args"
-)
-_KWARGS = (  # (the same for ``kwargs``)
-    "_kwargs"
-    if getattr(getattr(fx.Node, "kwargs", None), "fget", None) is not None
-    and fx.Node.kwargs.fget.__code__.co_names == ("_kwargs",)
-    else "kwargs"
-)
+
+
+def _slot(prop: str) -> str:
+    """The slot behind ``fx.Node.<prop>`` (``_args`` for ``args``) where the property only
+    returns it, else the property: generated code reads it directly."""
+    fget = getattr(getattr(fx.Node, prop, None), "fget", None)
+    return f"_{prop}" if fget is not None and fget.__code__.co_names == (f"_{prop}",) else prop
+
+
+_ARGS = _slot("args")
+_KWARGS = _slot("kwargs")
 _SYMS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 

@@ -250,7 +250,7 @@ def _op_args(m: Match, b: Builder) -> tuple:
         mask_node,
         causal,
         None if scale is None else float(scale),
-        memo.get("layout") or _layout(m) or "bhsd",  # (memo: left by the check)
+        _layout(m) or "bhsd",
         "default",
     )
 

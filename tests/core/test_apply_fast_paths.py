@@ -156,8 +156,8 @@ def test_fake_cache_tells_targets_apart_and_remembers_what_it_made() -> None:
     neg = fake(aten.neg.default, (p,), {})
     assert relu is not neg and fake.misses == 2
     assert fake(aten.relu.default, (p,), {}) is relu and fake.hits == 1
-    assert fake.dtype_shape(relu) == (torch.float32, torch.Size([2, 3]))
-    assert fake.dtype_shape(t) == (t.dtype, t.shape)  # not made here: read from the value
+    assert fake.described(relu)[:2] == (torch.float32, torch.Size([2, 3]))
+    assert fake.described(t)[:2] == (t.dtype, t.shape)  # not made here: read from the value
 
 
 def test_value_check_compares_symbolic_sizes_without_guards() -> None:

@@ -40,7 +40,7 @@ def test_described_remembers_made_values_only() -> None:
     dtype, shape, ints = fake.described(made_sym)
     assert dtype == torch.float32 and ints is False and shape[1] == 3
     assert fake.described(t) == (t.dtype, t.shape, None)  # not made here: read, unknown
-    assert fake.dtype_shape(made) == (torch.float16, torch.Size([2, 3]))
+    assert fake.described(made)[:2] == (torch.float16, torch.Size([2, 3]))
 
 
 _SHAPES = [(2, 3), (2, 4), (3, 2), (2, 3, 1), (6,)]

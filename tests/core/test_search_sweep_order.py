@@ -11,12 +11,9 @@ from torch import fx
 from graphfuse import Rule, RuleSet
 from graphfuse import dsl as P
 from tests.core._models import fake_input_graph
+from tests.core._outcomes import keep_root as _keep
 
 aten = torch.ops.aten
-
-
-def _keep(m, b) -> fx.Node:
-    return m.root
 
 
 def _graph() -> fx.Graph:
