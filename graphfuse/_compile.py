@@ -19,6 +19,7 @@ import functools
 import hashlib
 import inspect
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -78,6 +79,22 @@ def rules_hash(rules: RuleSet) -> str:
     return h.hexdigest()
 
 
+TRAINING_GRAPH = (
+    "a training graph (the compiled model was called with gradients enabled); the rules "
+    "run on inference graphs only: call it under torch.no_grad() or torch.inference_mode()"
+)
+
+
+def _skipped_training_graph(owner: InductorPass | CompileBackend) -> Report:
+    """The report for a graph left alone because it is a training graph; warns once per
+    ``owner`` (the pass or backend), naming ``torch.no_grad()`` / ``torch.inference_mode()``."""
+    if not any(r.skipped for r in owner.reports):
+        warnings.warn(f"graphfuse: {TRAINING_GRAPH}", UserWarning, stacklevel=2)
+    report = Report(owner.rules.name, {rule.name: 0 for rule in owner.rules})
+    report.skipped = TRAINING_GRAPH
+    return report
+
+
 def _register_as_custom_pass() -> None:
     """Make :class:`InductorPass` an Inductor ``CustomInferenceAwareGraphPass`` (an ABC, so
     a virtual subclass), importing ``torch._inductor`` only when a pass is created:
@@ -95,9 +112,10 @@ class InductorPass:
 
     Attributes:
         rules: the :class:`RuleSet` it runs.
-        reports: one :class:`Report` per graph it rewrote in this process (a graph loaded
+        reports: one :class:`Report` per graph it saw in this process (a graph loaded
             from the FX graph cache was rewritten when it was stored and is not passed
-            through the pass again, so it adds none).
+            through the pass again, so it adds none); a training graph's report says why
+            it was ``skipped``, and the first one warns.
     """
 
     def __init__(self, rules: str | RuleSet = "trtllm") -> None:
@@ -109,6 +127,8 @@ class InductorPass:
     def __call__(self, graph: fx.Graph, is_inference: bool = True) -> None:
         if is_inference:
             self.reports.append(run_rules(graph, self.rules))
+        else:
+            self.reports.append(_skipped_training_graph(self))
 
     def uuid(self) -> str:
         """The rule-set hash (part of Inductor's FX-graph-cache key)."""
@@ -148,8 +168,9 @@ class CompileBackend:
 
     Attributes:
         rules: the :class:`RuleSet` it runs.
-        reports: one :class:`Report` per inference graph compiled (also on FX-cache hits:
-            the rules run before the lookup).
+        reports: one :class:`Report` per graph compiled (also on FX-cache hits: the rules
+            run before the lookup); a training graph's report says why it was
+            ``skipped``, and the first one warns.
     """
 
     def __init__(self, rules: str | RuleSet = "trtllm", *, inner: str = "inductor") -> None:
@@ -168,6 +189,7 @@ class CompileBackend:
         if not is_inference:
             # Training forward graphs save attention intermediates for the backward; the
             # fused ops have no autograd formula. The rules run on inference graphs only.
+            self.reports.append(_skipped_training_graph(self))
             return
         report = run_rules(gm.graph, self.rules)
         if report.total:

@@ -53,6 +53,8 @@ class Report:
         iterations: sweeps until the fixpoint.
         dry_run: True when nothing was rewritten (counts are what would have fired).
         timings: seconds spent per phase (``copy``, ``rewrite``, ``recompile``).
+        skipped: why the rules did not run on the graph at all (empty when they ran), e.g.
+            a training graph under ``torch.compile``.
     """
 
     rule_set: str
@@ -61,6 +63,7 @@ class Report:
     iterations: int = 0
     dry_run: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+    skipped: str = ""
 
     @property
     def total(self) -> int:
@@ -78,11 +81,14 @@ class Report:
             "iterations": self.iterations,
             "dry_run": self.dry_run,
             "timings": dict(self.timings),
+            "skipped": self.skipped,
         }
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), indent=2, **kwargs)
 
     def __str__(self) -> str:
+        if self.skipped:
+            return f"{self.rule_set}: skipped ({self.skipped})"
         fired = ", ".join(f"{k}={v}" for k, v in self.counts.items() if v) or "nothing"
         return f"{self.rule_set}: {fired}; {len(self.near_misses)} near miss(es)"

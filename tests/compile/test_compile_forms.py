@@ -29,7 +29,7 @@ def _fired(report: graphfuse.Report) -> dict[str, int]:
 
 def _check_run(fn, model, seq: int, seed: int) -> None:
     """Run ``fn`` once (compiling if needed), then again counted: one fused attention op,
-    no eager SDPA, output within NUMERICS.md's FP8 tolerance of eager."""
+    no eager SDPA, output within docs/numerics.md's FP8 tolerance of eager."""
     x = make_input(seq, seed)
     with torch.no_grad():
         fn(x)
@@ -93,3 +93,28 @@ def test_inductor_pass_recompiles_fused_with_dynamic_true():
         for seq, seed in ((8, 10), (6, 11), (16, 12)):
             _check_run(fn, model, seq, seed)
     assert [_fired(r) for r in gpass.reports] == [FUSED]
+
+
+def test_grad_mode_call_says_why_nothing_fused():
+    """Called without torch.no_grad(), the graph is a training graph: nothing is fused, one
+    warning names torch.no_grad(), and the report records why."""
+    backend = graphfuse.compile_backend(inner="eager")
+    model = make_model(seed=2)
+    fn = torch.compile(model, backend=backend)
+    with pytest.warns(UserWarning, match=r"torch\.no_grad\(\)") as caught:
+        fn(make_input(8, seed=5))
+    assert len([w for w in caught if "graphfuse" in str(w.message)]) == 1
+    assert backend.report is not None and backend.report.total == 0
+    assert "training graph" in backend.report.skipped
+    assert "skipped" in str(backend.report)
+    assert backend.report.to_dict()["skipped"] == backend.report.skipped
+
+
+def test_inductor_pass_grad_mode_call_is_reported():
+    gpass = graphfuse.inductor_pass()
+    model = make_model(seed=3)
+    fn = torch.compile(model)
+    with config.patch(post_grad_custom_post_pass=gpass):
+        with pytest.warns(UserWarning, match=r"torch\.inference_mode\(\)"):
+            fn(make_input(8, seed=6))
+    assert gpass.reports and all(r.skipped and r.total == 0 for r in gpass.reports)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fractions
 import io
 import json
+import logging
 import subprocess
 import sys
 import zipfile
@@ -229,6 +230,51 @@ def test_trust_loads_benign_custom_object(tmp_path: Path, base: Path) -> None:
     ep = load_program(benign, trust=True)
     assert ep.example_inputs[1]["ratio"] == fractions.Fraction(1, 3)
     assert any(n.target is torch.ops.aten.linear.default for n in ep.graph.nodes)
+
+
+class _StrictHandler(logging.Handler):
+    """Formats every record it sees and lets a formatting error escape."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(self.format(record))
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        raise
+
+
+def test_trusted_load_logs_nothing_broken(tmp_path: Path, base: Path) -> None:
+    """torch's weights-only fallback record (malformed) never reaches a handler."""
+    benign = tmp_path / "benign.pt2"
+    payload = _torch_save(((torch.randn(4, 4),), {"ratio": fractions.Fraction(1, 3)}))
+    _rewrite(base, benign, {"data/sample_inputs/model.pt": payload})
+    handler = _StrictHandler()
+    serde = logging.getLogger("torch._export.serde.serialize")
+    serde.addHandler(handler)
+    try:
+        ep = load_program(benign, trust=True)
+    finally:
+        serde.removeHandler(handler)
+    assert ep.example_inputs[1]["ratio"] == fractions.Fraction(1, 3)
+    assert not any("weights_only" in m for m in handler.messages)
+    assert not serde.filters, "the filter is removed after the load"
+
+
+def test_cli_trusted_inspect_prints_no_traceback(tmp_path: Path, base: Path) -> None:
+    benign = tmp_path / "benign.pt2"
+    payload = _torch_save(((torch.randn(4, 4),), {"ratio": fractions.Fraction(1, 3)}))
+    _rewrite(base, benign, {"data/sample_inputs/model.pt": payload})
+    res = subprocess.run(
+        [sys.executable, "-m", "graphfuse", "inspect", "--trust", str(benign)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr and "Logging error" not in res.stderr, res.stderr
 
 
 def test_safe_globals_registered_by_user_are_honoured(tmp_path: Path, base: Path) -> None:
