@@ -1,4 +1,4 @@
-"""BENCHMARKS.md section 2, attention rows: the fused graphfuse CPU op vs the unfused graph it
+"""docs/benchmarks.md section 2, attention rows: the fused graphfuse CPU op vs the unfused graph it
 replaces, same process, same inputs, interleaved rounds, median.
 
     python benchmarks/attention_cpu.py [--rounds 7] [--json benchmarks/results/attention_cpu.json]

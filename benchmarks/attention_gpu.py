@@ -1,4 +1,4 @@
-"""GPU benchmark of the graphfuse Triton kernels against stock PyTorch (BENCHMARKS.md §3).
+"""GPU benchmark of the graphfuse Triton kernels against stock PyTorch (docs/benchmarks.md §3).
 
 One script, one call: measures the machine's ceilings (copy bandwidth, bf16 GEMM), then every
 §3 row side by side in one process (interleaved rounds, medians; decode CUDA-graph timed with

@@ -1,4 +1,4 @@
-"""Paged FP8-KV decode kernel sweep on one GPU (issue #8; BENCHMARKS.md section 3 decode rows).
+"""Paged FP8-KV decode kernel sweep on one GPU (issue #8; docs/benchmarks.md section 3 decode rows).
 
 One process, one call: for each decode shape (B=64 ctx 4096 32/8 first), every kernel variant
 of ``graphfuse/triton/decode.py`` is checked against the fp32 reference (full-size FP8 out with

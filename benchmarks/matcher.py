@@ -1,4 +1,4 @@
-"""Section 1 of BENCHMARKS.md: the matcher and rewriter against torch.fx's
+"""Section 1 of docs/benchmarks.md: the matcher and rewriter against torch.fx's
 ``subgraph_rewriter.replace_pattern`` and Inductor's ``register_replacement``.
 
 Workload: a chain of N blocks ``matmul -> mul(scale) -> softmax -> matmul -> div(s) ->

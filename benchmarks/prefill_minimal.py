@@ -1,7 +1,7 @@
 """Diagnosis of the bf16 prefill gap (issue #8): a minimal causal attention kernel next to the
 fused one, on the same inputs, in one process.
 
-BENCHMARKS.md section 3's calibration says a straightforward Triton kernel reached 0.92x SDPA
+docs/benchmarks.md section 3's calibration says a straightforward Triton kernel reached 0.92x SDPA
 on bf16 prefill (B=4, S=4096, causal, 32/8 heads, D=128); the fused kernel
 (``graphfuse/triton/attention.py``) stays at 0.81x. The kernel here is that straightforward
 kernel with nothing else: bf16 in and out, contiguous ``[B, H, S, D]`` inputs, no masks,

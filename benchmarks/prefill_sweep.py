@@ -1,4 +1,4 @@
-"""Prefill kernel sweep on one GPU (issue #8; BENCHMARKS.md section 3 prefill rows).
+"""Prefill kernel sweep on one GPU (issue #8; docs/benchmarks.md section 3 prefill rows).
 
 One process, one call, B=4 S=4096 causal 32/8 heads D=128: every knob variant of the fused
 attention kernel (``graphfuse/triton/attention.py``, knobs in
@@ -6,7 +6,7 @@ attention kernel (``graphfuse/triton/attention.py``, knobs in
 q/k/v default (vs SDPA + compiled FP8 quant), V stored K-major default and fast (FP8 P), and
 NVFP4 out (vs FP8 out at the same knobs). Variants are
 compiled first in parallel worker processes (Triton's disk cache), each is checked against the
-fp32 reference (poisoned outputs, NUMERICS acceptance) and then all are timed interleaved with
+fp32 reference (poisoned outputs, docs/numerics.md acceptance), then all are timed interleaved with
 the baselines (``do_bench`` medians over rounds). A fast-mode accuracy study over seeds follows
 (full shape and the Sq=200 Skv=130 D=64 test shape; with and without FAST_L). A failing
 variant is recorded and skipped; the run stops adding work when its time budget runs out and
@@ -227,7 +227,7 @@ def nvfp4_stats_gpu(pk, sf, rp, rs, wide2d, g) -> dict:
 
 
 def accept(st: dict, kind: int, fast: bool) -> bool:
-    """NUMERICS.md acceptance (GPU thresholds; fast: the FP8-P rules on FP8 bytes)."""
+    """docs/numerics.md acceptance (GPU thresholds; fast: the FP8-P rules on FP8 bytes)."""
     if st.get("nan"):
         return False
     if kind == 2:
@@ -333,7 +333,7 @@ def write(path: Path, result: dict) -> None:
 
 def fast_study(result: dict, path: Path, deadline: float, quick: bool) -> None:
     """FP8-P accuracy of the fast-mode variants over seeds: FP8 bytes and the unquantized
-    output's max error (NUMERICS: <= 2.5% of amax)."""
+    output's max error (docs/numerics.md: <= 2.5% of amax)."""
     study = result.setdefault("fast_study", {})
     seeds = range(4 if quick else 6)
     for tag, shape in (("test_shape", TEST_SHAPE), ("full_shape", None)):

@@ -1,7 +1,7 @@
 """Standalone quantization ops: graphfuse's C++ kernels vs the eager PyTorch spelling.
 
 16M bfloat16 elements ([4096, 4096]), same process, same inputs, interleaved, median of
-repeats. Target (BENCHMARKS.md): every op >= 5x faster than the eager graph.
+repeats. Target (docs/benchmarks.md section 2): every op >= 5x faster than the eager graph.
 
     python benchmarks/quant_ops.py [--repeats 9] [--json benchmarks/results/quant_ops.json]
 """

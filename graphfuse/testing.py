@@ -48,7 +48,7 @@ def _nibble_ordinals(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def assert_outputs_close(
     out: Any, ref: Any, *, rtol: float = 2e-2, atol: float = 2e-2, min_equal: float = 0.99
 ) -> None:
-    """Compare two programs' outputs with the NUMERICS.md-style tolerances:
+    """Compare two programs' outputs with the docs/numerics.md-style tolerances:
     FP8 bytes within one e4m3 step and ``min_equal`` of them equal; uint8 (packed NVFP4)
     nibbles within one e2m1 step, ``min_equal`` equal; floats by ``rtol`` / ``atol``;
     everything else exactly."""

@@ -1,4 +1,4 @@
-"""Acceptance checks of NUMERICS.md ("Fused attention with quantized output") as reusable test
+"""Acceptance checks of docs/numerics.md ("Fused attention with quantized output") as reusable test
 helpers: a fused kernel's quantized output against the unfused reference.
 
 Example:
@@ -38,7 +38,7 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _swizzled_offsets(m: int, kb: int) -> torch.Tensor:
-    """Flat offsets (NUMERICS.md) of the m x kb block scales in the swizzled layout."""
+    """Flat offsets (docs/numerics.md) of the m x kb block scales in the swizzled layout."""
     n_ktiles = (kb + 3) // 4
     r = torch.arange(m).unsqueeze(1)
     c = torch.arange(kb).unsqueeze(0)

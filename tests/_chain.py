@@ -1,4 +1,4 @@
-"""The section-1 workload (BENCHMARKS.md): a chain of N attention -> static FP8 quant
+"""The section-1 workload (docs/benchmarks.md): a chain of N attention -> static FP8 quant
 blocks, one block traced per IR (pre-dispatch export, core ATen, Inductor's own trace) and
 tiled; shared by ``benchmarks/matcher.py`` and the tests that run it."""
 

@@ -1,4 +1,4 @@
-// formats.h: scalar conversions of the quantized formats in NUMERICS.md (header-only).
+// formats.h: scalar conversions of the quantized formats in docs/numerics.md (header-only).
 //
 // Shared by the quantization kernels (quant.cpp) and the fused attention kernels. Pure C++17,
 // no torch headers; every function is inline and exact (bit arithmetic, no FP-env tricks).
@@ -9,7 +9,7 @@
 //                                                 0x7F|sign, −0 -> 0x80, subnormals produced
 //     e4m3_to_float(uint8_t b) -> float           kE4M3ToFloat[b] (table of 256; 0x7F/0xFF NaN)
 //     kE4M3ToFloat                                the table itself (constexpr std::array)
-//     e2m1_magnitude_code(float a) -> uint8_t     code 0..7 of |a| per NUMERICS.md (NaN -> 0)
+//     e2m1_magnitude_code(float a) -> uint8_t     code 0..7 of |a| per docs/numerics.md (NaN -> 0)
 //     float_to_e2m1(float v) -> uint8_t           sign bit of v (bit 3) | magnitude code
 //     e2m1_to_float(uint8_t code) -> float        kE2M1ToFloat[code & 15]
 //     kE2M1ToFloat                                the table itself (16 floats)
@@ -112,7 +112,7 @@ inline constexpr std::array<float, 16> kE2M1ToFloat = {
 
 inline float e2m1_to_float(uint8_t code) { return kE2M1ToFloat[code & 15u]; }
 
-// Magnitude code (0..7) of |a| by the NUMERICS.md table (rne between codes, saturating at 6;
+// Magnitude code (0..7) of |a| by the docs/numerics.md table (rne between codes, saturating at 6;
 // inf gives 7). NaN gives 0 (every comparison is false).
 inline uint8_t e2m1_magnitude_code(float v) {
   const float a = bits_to_float(abs_bits(v));

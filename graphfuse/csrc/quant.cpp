@@ -1,4 +1,4 @@
-// CPU kernels of the quantization ops (NUMERICS.md): graphfuse::fp8_static_quant,
+// CPU kernels of the quantization ops (docs/numerics.md): graphfuse::fp8_static_quant,
 // fp8_dequant, nvfp4_quant, nvfp4_dequant. Schemas live in graphfuse/ops/_library.py.
 //
 // Inputs of any rank and strides are read in place, row by row (a row is the last dim);

@@ -1,6 +1,6 @@
 """Pure-PyTorch references of the fused attention ops (the definition the kernels are tested
 against): attention computed in fp32 (or wider) from the dequantized inputs, then the
-NUMERICS.md quantizers of ``graphfuse.ops.quant_ref``.
+docs/numerics.md quantizers of ``graphfuse.ops.quant_ref``.
 
 Example:
     >>> q = torch.randn(1, 8, 16, 64); k = torch.randn(1, 2, 16, 64); v = torch.randn_like(k)

@@ -1,7 +1,7 @@
 """Pure-PyTorch references of the paged decode-attention ops (the definition kernels are
 tested against): gather each sequence's tokens through its block table, dequantize, attend in
 fp32 (one query token per sequence, all ``seq_lens[b]`` cached tokens, no causal mask), then
-apply the NUMERICS.md quantizer.
+apply the docs/numerics.md quantizer.
 
 Example:
     >>> cache = torch.randn(8, 2, 16, 2, 64)            # 8 blocks of 16 tokens, 2 KV heads

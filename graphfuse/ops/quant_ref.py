@@ -1,7 +1,7 @@
-"""Pure-PyTorch references of the quantization ops: the executable form of NUMERICS.md.
+"""Pure-PyTorch references of the quantization ops: the executable form of docs/numerics.md.
 
 Every kernel (C++ CPU, Triton GPU, the fused attention epilogues) is tested bit-exact against
-these functions. They are written for clarity, vectorised, in fp32, in the order NUMERICS.md
+these functions. They are written for clarity, vectorised, in fp32, in the order docs/numerics.md
 states. Conversions to e4m3 go through ``Tensor.to(torch.float8_e4m3fn)`` after a clamp to
 ±448: torch's cast rounds to nearest-even, produces subnormals, keeps the sign of zero and
 maps NaN to 0x7F/0xFF, but it is *not* saturating (it gives NaN from 464 up), hence the clamp.
@@ -39,7 +39,7 @@ def _check_float(x: torch.Tensor, what: str) -> None:
 
 
 def e4m3(v: torch.Tensor) -> torch.Tensor:
-    """``e4m3(v)`` of NUMERICS.md: rne, saturating to ±448, NaN -> NaN byte.
+    """``e4m3(v)`` of docs/numerics.md: rne, saturating to ±448, NaN -> NaN byte.
 
     Args:
         v: float32 tensor.

@@ -1,4 +1,4 @@
-"""Triton device helpers shared by the quant and attention kernels (NUMERICS.md formats).
+"""Triton device helpers shared by the quant and attention kernels (docs/numerics.md formats).
 
 Imported only from the Triton kernel modules, never at ``import graphfuse``.
 """
@@ -14,7 +14,7 @@ FP8_MAX = 448.0
 
 @triton.jit
 def e4m3_sat(v):
-    """fp32 -> float8_e4m3fn with NUMERICS.md's rules: rne, saturating at +-448, NaN kept."""
+    """fp32 -> float8_e4m3fn with docs/numerics.md's rules: rne, saturating at +-448, NaN kept."""
     c = tl.minimum(tl.maximum(v, -448.0), 448.0)
     c = tl.where(v != v, v, c)
     return c.to(tl.float8e4nv)
@@ -185,7 +185,7 @@ def e2m1_code_fast(v):
     """``e2m1_code`` (int32 0..15) in 7 ALU operations, bit-identical for every non-NaN v.
 
     ``code(|v|) = min(rint(2a), rint(a) + 2, rint(a/2) + 4, 7)`` (the e2m1 grid has steps 0.5,
-    1, 2 on [0, 2), [2, 4), [4, 6]; ``rint`` rounds half to even as the NUMERICS table does);
+    1, 2 on [0, 2), [2, 4), [4, 6]; ``rint`` rounds half to even as docs/numerics.md's table does);
     each ``rint(y) + k`` is the low bits of ``y + k + 1.5*2**23`` rounded once in fp32.
     """
     a = tl.abs(v)
@@ -245,7 +245,7 @@ def nvfp4_encode_acc(
     the epilogue form of ``nvfp4_encode_blocks``, about 12 ALU operations per element.
 
     The NaN-propagating block amax makes a NaN block's scale NaN (written 0x7F); the scale
-    byte is the NUMERICS formula's (``div6_rn``, hardware e4m3 saturation); codes come from
+    byte is the docs/numerics.md formula's (``div6_rn``, hardware e4m3 saturation); codes come from
     ``e2m1_code_fast``. ``EXACT_INV`` computes ``inv = 1 / (sf / g)`` with two ``div_rn`` as
     written, else ``g * rsqrt(sf * sf)`` (within about 2 ulp). ``inv`` is clamped to
     FLT_MAX (no ``0 * inf``): differs from the formula only when ``1 / (sf / g)`` overflows,

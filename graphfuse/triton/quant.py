@@ -1,6 +1,6 @@
 """Triton kernels for the quant ops: fp8_static_quant, fp8_dequant, nvfp4_quant, nvfp4_dequant.
 
-Bit-exact with NUMERICS.md: every division is ``div_rn``, the fp32 -> e4m3 conversion is the
+Bit-exact with docs/numerics.md: every division is ``div_rn``, the fp32 -> e4m3 conversion is the
 hardware's rne/satfinite one, e2m1 rounding is done in software (Hopper has no FP4 convert).
 Each ``*_into`` launcher writes into caller-provided outputs (tests poison them first); the
 op wrappers allocate. No host synchronisation anywhere: scales are read on the device.

@@ -73,7 +73,7 @@ def _clamped(x: P.Pattern) -> P.Pattern:
 
 
 def eager_fp8_quant_of(x: P.Pattern) -> P.Pattern:
-    """``(x / s).clamp(-448, 448).to(fp8)`` in every eager spelling NUMERICS.md lists
+    """``(x / s).clamp(-448, 448).to(fp8)`` in every eager spelling docs/numerics.md lists
     (``x`` possibly cast first), dequant scale ``out_scale``."""
     return cast(_clamped(_scaled_by_inverse(maybe_cast(x), P.tensor("out_scale"))), FP8)
 

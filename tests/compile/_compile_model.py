@@ -1,5 +1,5 @@
 """A small Llama-style attention block for the torch.compile tests, a counter of the
-graphfuse ops that run, and the NUMERICS.md FP8-output acceptance check."""
+graphfuse ops that run, and the docs/numerics.md FP8-output acceptance check."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def make_input(seq: int, seed: int, batch: int = 2) -> Tensor:
 
 
 def check_fp8_output(model: LlamaAttention, x: Tensor, out: Tensor) -> None:
-    """``out`` (the compiled model's output) meets NUMERICS.md's FP8-out acceptance
+    """``out`` (the compiled model's output) meets docs/numerics.md's FP8-out acceptance
     against eager: attention in fp32, then the reference quantizer."""
     with torch.no_grad():
         wide = model.attend(x).float()

@@ -1,6 +1,6 @@
 """Property-based tests: random programs with planted attention -> FP8-quant blocks, near
 misses and distractors. Invariants: the rewritten graph lints and is acyclic, has no
-dangling nodes, computes the same outputs within NUMERICS.md tolerance; a block is fused
+dangling nodes, computes the same outputs within docs/numerics.md tolerance; a block is fused
 exactly when it is eligible; apply is idempotent and deterministic."""
 
 from __future__ import annotations

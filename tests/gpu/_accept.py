@@ -1,4 +1,4 @@
-"""NUMERICS.md acceptance checks for GPU kernel outputs (fused attention FP8 / NVFP4 out).
+"""docs/numerics.md acceptance checks for GPU kernel outputs (fused attention FP8 / NVFP4 out).
 
 Each check returns its statistics (so benchmarks can record them) and raises AssertionError
 with the numbers when a threshold fails.
@@ -36,7 +36,7 @@ def fp8_stats(out: torch.Tensor, ref: torch.Tensor, wide: torch.Tensor, s_o: flo
 
 
 def check_fp8(out, ref, wide, s_o: float, *, fast: bool = False, min_equal: float = 0.9) -> dict:
-    """NUMERICS.md FP8-out acceptance (GPU thresholds; ``fast``: the FP8-P rules)."""
+    """docs/numerics.md FP8-out acceptance (GPU thresholds; ``fast``: the FP8-P rules)."""
     st = fp8_stats(out, ref, wide, s_o)
     assert st["nan"] == 0, st
     if fast:
@@ -70,7 +70,7 @@ def nvfp4_stats(packed, sf, ref_packed, ref_sf, wide2d: torch.Tensor, g: torch.T
 def check_nvfp4(
     packed, sf, ref_packed, ref_sf, wide2d, g, *, min_equal: float = 0.9, max_rmse: float = 1.1
 ) -> dict:
-    """NUMERICS.md NVFP4-out acceptance (GPU thresholds)."""
+    """docs/numerics.md NVFP4-out acceptance (GPU thresholds)."""
     st = nvfp4_stats(packed, sf, ref_packed, ref_sf, wide2d, g)
     assert st["nan"] == 0, st
     assert st["scale_near"] == 1.0 and st["scale_equal"] >= min_equal, st

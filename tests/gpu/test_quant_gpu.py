@@ -34,7 +34,7 @@ def _rand(shape, dtype, seed: int) -> torch.Tensor:
 
 
 def _same_fp8(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bytes equal, where a NaN byte may be either 0x7F or 0xFF (NUMERICS.md)."""
+    """Bytes equal, where a NaN byte may be either 0x7F or 0xFF (docs/numerics.md)."""
     a, b = a.view(torch.uint8).cpu(), b.view(torch.uint8).cpu()
     nan_a, nan_b = (a & 0x7F) == 0x7F, (b & 0x7F) == 0x7F
     return bool(torch.equal(nan_a, nan_b) and torch.equal(a[~nan_a], b[~nan_b]))
@@ -96,7 +96,7 @@ def test_nvfp4_quant_dequant_bit_exact(seed: int, swizzle: bool) -> None:
         ).view(torch.float8_e4m3fn)
         nvfp4_quant_into(x, g, packed, sf, swizzle)
         rp, rs = R.nvfp4_quant_ref(x.cpu(), g.cpu(), swizzle=swizzle)
-        # NaN blocks: scale byte 0x7F, data nibbles unspecified (NUMERICS.md)
+        # NaN blocks: scale byte 0x7F, data nibbles unspecified (docs/numerics.md)
         nan_rows = torch.isnan(x.float().cpu()).view(m, k // 16, 16).any(-1)
         keep = ~nan_rows.repeat_interleave(8, dim=1)
         assert torch.equal(sf.view(torch.uint8).cpu(), rs.view(torch.uint8)), (m, k, dt, swizzle)

@@ -1,5 +1,5 @@
 """The native CPU kernels of graphfuse::attention{,_fp8,_nvfp4} against the pure-PyTorch
-reference (NUMERICS.md tolerances), over a seeded sample of the grid plus fixed edge cases.
+reference (docs/numerics.md tolerances), over a seeded sample of the grid plus fixed edge cases.
 
 Every run poisons the outputs (GRAPHFUSE_POISON_OUTPUTS=1 fills them with 0xFF bytes before
 the kernel runs), so an element the kernel does not write fails the comparison.
@@ -37,7 +37,7 @@ def _wide_dtype(inputs: str) -> torch.dtype:
 
 
 def check_case(case: Case, seed: int = 0) -> None:
-    """Run the op for ``case`` on fresh inputs and apply the NUMERICS.md acceptance."""
+    """Run the op for ``case`` on fresh inputs and apply the docs/numerics.md acceptance."""
     gen = torch.Generator().manual_seed(seed)
     kw = make_inputs(case, gen)
     wide = attention_fp32(**kw)

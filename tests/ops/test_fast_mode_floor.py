@@ -37,8 +37,9 @@ def test_fp8_p_rounds_the_probabilities() -> None:
 
 def test_fp8_p_floor_exceeds_the_numerics_limit() -> None:
     """On the GPU test's fast-mode shape (Sq=200, Skv=130, D=64, FP8 q/k/v) the FP8 output of
-    exact e4m3-P attention has an RMSE ratio above NUMERICS.md's fast-mode 1.25 for every
-    seed: the limit is below the format's own floor (measured 1.30-1.32, seeds 0-3)."""
+    exact e4m3-P attention has an RMSE ratio above the GPU tests' fast-mode 1.25
+    (docs/numerics.md allows 1.4) for every seed: the limit is below the format's own floor
+    (measured 1.30-1.32, seeds 0-3)."""
     ratios = []
     for seed in range(4):
         gen = torch.Generator().manual_seed(seed)

@@ -1,4 +1,4 @@
-"""The quantization references checked against NUMERICS.md independently of torch's casts.
+"""The quantization references checked against docs/numerics.md independently of torch's casts.
 
 Exhaustive over every e4m3 / e2m1 code and the midpoints between neighbours (ties to even);
 scalar numpy-fp32 transcriptions of the spec for the four ops; the swizzle formula against
@@ -173,7 +173,7 @@ def test_nvfp4_ref_nan_block_scale() -> None:
 
 
 def swizzle_by_formula(linear: torch.Tensor) -> torch.Tensor:
-    """The NUMERICS.md offset formula, element by element."""
+    """The docs/numerics.md offset formula, element by element."""
     m_rows, kb = linear.shape
     mp, kp = (m_rows + 127) // 128 * 128, (kb + 3) // 4 * 4
     n_ktiles = kp // 4

@@ -1,4 +1,4 @@
-"""Minimal NUMERICS.md acceptance checks for the fused-attention rule tests.
+"""Minimal docs/numerics.md acceptance checks for the fused-attention rule tests.
 
 ``graphfuse/testing_numerics.py`` (the shared helpers) does not exist yet; these local
 checks implement the "Fused attention with quantized output" acceptance rules and should be
@@ -31,7 +31,7 @@ def assert_fp8_close(got: Tensor, want: Tensor, s_o: float, min_equal: float = 0
     Args:
         got, want: float8_e4m3fn tensors of one shape.
         s_o: the output's dequant scale.
-        min_equal: NUMERICS.md's 0.99 for fp32-accumulating CPU kernels against an fp32
+        min_equal: docs/numerics.md's 0.99 for fp32-accumulating CPU kernels against an fp32
             reference; callers comparing against a 16-bit original pass a lower bound and
             say why.
     """

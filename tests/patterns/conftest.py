@@ -92,7 +92,7 @@ def _cases(dtype: torch.dtype) -> dict[str, Case]:
     }
 
 
-# fp32 models: the original program is NUMERICS.md's wide reference itself. The bf16
+# fp32 models: the original program is docs/numerics.md's wide reference itself. The bf16
 # models (the dtype real checkpoints use) are exported for a few tests only.
 CASES = _cases(torch.float32)
 CASES_BF16 = _cases(torch.bfloat16)

@@ -1,6 +1,6 @@
 """The ``trtllm`` rule set on models written like transformers' modeling code: every
 eligible attention fused (pre-dispatch and core ATen exports), the fused program's outputs
-within NUMERICS.md tolerances of the original, fully masked rows zero, not NaN."""
+within docs/numerics.md tolerances of the original, fully masked rows zero, not NaN."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _compare(name: str, kind: str, bf16: bool) -> list[float]:
     with torch.no_grad():
         want = flat(ep.module()(*args))
         got = flat(fused(name, kind, bf16).program.module()(*args))
-    # FP8-vs-original: fp32 models meet NUMERICS' 99%; 16-bit originals round the attention
+    # FP8-vs-original: fp32 models meet docs/numerics.md's 99%; 16-bit originals round the attention
     # output (and, for FP8 caches, the dequantized K/V) to 16 bits before quantizing, a
     # double rounding the fused op does not do, so bytes may differ by one step more often.
     # (bf16 Llama layer 2 measures ~85% as its input already differs by those steps).
@@ -122,7 +122,7 @@ def test_left_padded_rows_are_zero_not_nan(kind: str) -> None:
 
 def test_fp8_decode_against_the_reference() -> None:
     """The decode step over an FP8 cache: fused output against attention_fp8_ref computed
-    from the cache bytes and scales (NUMERICS.md: 99% equal, RMSE <= 1.1x)."""
+    from the cache bytes and scales (docs/numerics.md: 99% equal, RMSE <= 1.1x)."""
     mod, _ = exported("decode_fp8_out", "core")
     q, lengths = CASES["decode_fp8_out"].inputs()
     with torch.no_grad():
