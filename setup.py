@@ -1,6 +1,7 @@
 """Builds the native module graphfuse._C (the C++ CPU kernels in graphfuse/csrc) and lists
-the packages: everything under graphfuse/, and every bundled rule set under patterns/
-(installed as graphfuse.patterns.*)."""
+what ships: every package under graphfuse/, every bundled rule set under patterns/
+(installed as graphfuse.patterns.*), and graphfuse_cli (the console script's torch-free
+argument grammar)."""
 
 import glob
 import platform
@@ -18,6 +19,7 @@ packages += [f"graphfuse.patterns.{name}" for name in find_packages("patterns")]
 
 setup(
     packages=packages,
+    py_modules=["graphfuse_cli"],
     package_dir={"graphfuse.patterns": "patterns"},
     ext_modules=[
         CppExtension(

@@ -8,5 +8,6 @@ Example::
 from __future__ import annotations
 
 from ._main import main as main
+from ._main import run_command as run_command
 
-__all__ = ["main"]
+__all__ = ["main", "run_command"]

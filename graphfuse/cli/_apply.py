@@ -10,22 +10,7 @@ import tempfile
 from collections.abc import Iterator
 
 from . import _render
-from ._common import CliError, add_program_options, add_rules_option, console, load, rule_set
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("apply", help="fuse what the rule sets match; write OUT")
-    p.add_argument("file", metavar="IN.pt2", help="the exported program (never modified)")
-    p.add_argument(
-        "-o", "--output", required=True, metavar="OUT.pt2", help="where to write the result"
-    )
-    add_rules_option(p)
-    p.add_argument("--json", dest="report", metavar="REPORT.json", help="write the report")
-    p.add_argument(
-        "--verify", action="store_true", help="run both programs on random inputs and compare"
-    )
-    add_program_options(p)
-    p.set_defaults(run=run)
+from ._common import CliError, console, load, rule_set
 
 
 def _same(a: str, b: str) -> bool:

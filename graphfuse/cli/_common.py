@@ -16,36 +16,6 @@ class CliError(GraphfuseError):
     """A command-line problem found by the CLI itself (exit 1, one line)."""
 
 
-def add_program_options(parser: argparse.ArgumentParser) -> None:
-    """``--import MODULE`` (repeatable) and ``--trust``, for commands that load a program."""
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (registers custom ops / pytree types); repeatable",
-    )
-    parser.add_argument(
-        "--trust",
-        action="store_true",
-        help="load pickled parts that need unrestricted unpickling (runs code from the file)",
-    )
-
-
-def add_rules_option(parser: argparse.ArgumentParser) -> None:
-    """``-p NAME_OR_FILE`` (repeatable; default ``trtllm``)."""
-    parser.add_argument(
-        "-p",
-        "--patterns",
-        dest="patterns",
-        action="append",
-        default=[],
-        metavar="NAME_OR_FILE",
-        help="rule set: a bundled name or a .py rule file (repeatable; default trtllm)",
-    )
-
-
 def load(path: str, args: argparse.Namespace) -> torch.export.ExportedProgram:
     """Load ``path`` with the command's ``--import`` / ``--trust`` options."""
     from .._pt2 import load_program

@@ -12,11 +12,6 @@ from . import _render
 from ._common import console
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="fuse a small decoder (FP8 and NVFP4 out) and compare")
-    p.set_defaults(run=run)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``graphfuse demo``; returns the exit code."""
     from ..demo import run_demo

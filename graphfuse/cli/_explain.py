@@ -7,16 +7,7 @@ import json
 from typing import Any
 
 from . import _render
-from ._common import add_program_options, add_rules_option, console, load, rule_set
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="near misses: where rules got partway, and why")
-    p.add_argument("file", metavar="FILE.pt2", help="an exported program (.pt2)")
-    add_rules_option(p)
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    add_program_options(p)
-    p.set_defaults(run=run)
+from ._common import console, load, rule_set
 
 
 def group_near_misses(near_misses: list[Any]) -> dict[str, list[dict[str, str]]]:

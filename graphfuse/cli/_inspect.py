@@ -6,17 +6,7 @@ import argparse
 import json
 
 from . import _graphinfo, _render
-from ._common import CliError, add_program_options, console, load
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("inspect", help="what is in a program: inputs, outputs, op histogram")
-    p.add_argument("file", metavar="FILE.pt2", help="an exported program (.pt2)")
-    p.add_argument("--node", metavar="NAME", help="show one node's neighbourhood")
-    p.add_argument("--diff", metavar="OTHER.pt2", help="what disappeared / appeared in OTHER")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    add_program_options(p)
-    p.set_defaults(run=run)
+from ._common import CliError, console, load
 
 
 def run(args: argparse.Namespace) -> int:

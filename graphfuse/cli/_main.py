@@ -1,4 +1,8 @@
-"""``main(argv) -> int``: parse, dispatch to one subcommand, turn errors into one line.
+"""Run one parsed ``graphfuse`` command and turn its errors into one line.
+
+The argument grammar lives in the top-level module ``graphfuse_cli`` (it imports no torch,
+so help and usage errors answer at once); :func:`main` here is the same entry point for
+``python -m graphfuse`` and for callers that already imported graphfuse.
 
 Errors: one line on stderr starting ``graphfuse: error:``, exit 1 (2 for usage errors), no
 traceback (set ``GRAPHFUSE_DEBUG=1`` to see one for unexpected errors).
@@ -10,33 +14,22 @@ import argparse
 import os
 import sys
 import warnings
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
 
+import graphfuse_cli
+
+from .._errors import GraphfuseError
 from . import _apply, _demo, _explain, _inspect, _patterns
 
-PROG = "graphfuse"
+PROG = graphfuse_cli.PROG
 
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line, exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{PROG}: error: {message} (see '{self.prog} --help')\n")
-        sys.exit(2)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``graphfuse`` argument parser with every subcommand."""
-    parser = _Parser(
-        prog=PROG,
-        description="Rewrite PyTorch exported programs with declarative fusion rules.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-    for module in (_apply, _inspect, _explain, _patterns, _demo):
-        module.add_parser(sub)
-    return parser
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "apply": _apply.run,
+    "inspect": _inspect.run,
+    "explain": _explain.run,
+    "patterns": _patterns.run,
+    "demo": _demo.run,
+}
 
 
 def _one_line(text: str) -> str:
@@ -50,26 +43,13 @@ def _fail(message: str) -> int:
     return 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code.
-
-    Args:
-        argv: arguments without the program name (default: ``sys.argv[1:]``).
-
-    Returns:
-        0 on success (also when no rule matched), 1 on errors, 2 on usage errors.
-    """
-    from .._errors import GraphfuseError
-
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2)
-        return int(e.code or 0)
+def run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command ``args.command``; returns the exit code (errors: one line)."""
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
             warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
-            return int(args.run(args))
+            return int(COMMANDS[args.command](args))
     except GraphfuseError as e:
         return _fail(_one_line(str(e)) or type(e).__name__)
     except KeyboardInterrupt:
@@ -86,3 +66,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (f": {detail}" if detail else "")
             + " (set GRAPHFUSE_DEBUG=1 for the traceback)"
         )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code.
+
+    Args:
+        argv: arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        0 on success (also when no rule matched), 1 on errors, 2 on usage errors.
+    """
+    return graphfuse_cli.main(argv)

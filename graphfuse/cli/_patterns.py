@@ -11,21 +11,6 @@ from . import _render
 from ._common import console
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("patterns", help="list rule sets and their rules")
-    p.add_argument(
-        "-p",
-        "--patterns",
-        dest="patterns",
-        action="append",
-        default=[],
-        metavar="NAME_OR_FILE",
-        help="list these rule sets (default: every bundled one)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.set_defaults(run=run)
-
-
 def _where(location: tuple[str, int]) -> str:
     """``file:line``, relative to the folder above the graphfuse sources when inside it."""
     import graphfuse
