@@ -1,7 +1,6 @@
-"""Maybe chains walked by code generated per maybe and path (``_wrappers._walk_source``):
-the whole chain tried first, then the shorter chains longest first (looked up again only
-then), none where the inner pattern can start at no chain op (``ends_only``); the same
-bindings, chains, nodes and outcome as the traced path, never more visits."""
+"""Maybe chains: the whole chain is tried first, then the shorter chains, longest first;
+none where the inner pattern can start at no chain op and the chain's test stops it
+early; the same bindings, chains, nodes and outcome with a tracer and without."""
 
 from __future__ import annotations
 
@@ -11,11 +10,10 @@ from torch import fx
 
 from graphfuse import Rule
 from graphfuse import dsl as P
-from graphfuse._engine import compiled
-from graphfuse._matcher import _Tracer
-from tests.core._models import fake_input_graph
-from tests.core._outcomes import keep_root as _keep
-from tests.core._outcomes import match_outcome as _outcome
+
+from ._models import fake_input_graph
+from ._outcomes import both, structural
+from ._outcomes import keep_root as _keep
 
 aten = torch.ops.aten
 
@@ -31,33 +29,30 @@ def _graph(ops: list) -> tuple[fx.Graph, list[fx.Node]]:
     return g, made
 
 
-def _both(rule: Rule, node: fx.Node) -> tuple:
-    *fast, fast_visits = _outcome(rule, node, None)
-    *traced, traced_visits = _outcome(rule, node, _Tracer())
-    assert fast == traced
-    assert fast_visits <= traced_visits
-    return tuple(fast)
-
-
 def test_a_shorter_chain_matches_where_the_whole_one_fails() -> None:
     # neg(neg(relu(x))): the chain of negs ends at relu, where neg(relu(x)) cannot match;
     # one neg shorter it does
     _, (x, relu, neg1, neg2) = _graph([aten.relu.default, aten.neg.default, aten.neg.default])
     inner = P.op(aten.neg.default, P.op(aten.relu.default, P.tensor("x")), name="n")
     rule = Rule("r", P.maybe([aten.neg.default], inner, name="c"), _keep)
-    binds, _, chains, nodes, _ = _both(rule, neg2)
+    kind, binds, _, chains, nodes, _, _ = both(rule, neg2)
+    assert kind == "match"
     assert chains == {"c": (neg2,)}
     assert binds["n"] is neg1 and binds["x"] is x
     assert nodes[0] is neg2 and set(nodes) == {neg2, neg1, relu}
-    assert not compiled(rule.patterns[0]).ends_only
 
 
 def test_the_whole_chain_is_tried_first() -> None:
     _, (x, neg1, neg2, relu) = _graph([aten.neg.default, aten.neg.default, aten.relu.default])
     inner = P.maybe([aten.neg.default], P.tensor("x"), name="negs")
     rule = Rule("r", P.op(aten.relu.default, inner), _keep)
-    binds, _, chains, _, _ = _both(rule, relu)
+    kind, binds, _, chains, _, _, _ = both(rule, relu)
+    assert kind == "match"
     assert chains == {"negs": (neg2, neg1)} and binds["x"] is x
+    # every chain length is a solution, longest first
+    sols, _ = structural(rule, relu, None)
+    assert [s[2]["negs"] for s in sols] == [(neg2, neg1), (neg2,), ()]
+    assert [s[0]["x"] for s in sols] == [x, neg1, neg2]
 
 
 @pytest.mark.parametrize("stop", [False, True])
@@ -67,16 +62,16 @@ def test_a_test_that_ends_the_chain_where_only_its_end_may_match(stop: bool) -> 
     inner = P.op(aten.neg.default, P.tensor("x"), name="n")
     maybe = P.maybe([aten.clone.default], inner, name="c", where=lambda n: not stop or n is v2)
     rule = Rule("r", P.op(aten.relu.default, maybe), _keep)
-    got = _both(rule, root)
-    assert compiled(maybe).ends_only  # (neg can start at no clone)
+    got = both(rule, root)
     if stop:  # the chain ends at v1, a clone: no inner there, no match
-        assert got == (None,)
+        assert got == ("none",)
     else:
-        assert got[2] == {"c": (v2, v1)} and got[0]["n"] is neg
+        assert got[0] == "match" and got[3] == {"c": (v2, v1)} and got[1]["n"] is neg
 
 
 def test_no_chain_at_a_value_that_is_no_chain_op() -> None:
     _, (x, neg) = _graph([aten.neg.default])
     rule = Rule("r", P.maybe([aten.clone.default], P.op(aten.neg.default, P._), name="c"), _keep)
-    _, _, chains, nodes, _ = _both(rule, neg)
+    kind, _, _, chains, nodes, _, _ = both(rule, neg)
+    assert kind == "match"
     assert chains == {"c": ()} and nodes == [neg]

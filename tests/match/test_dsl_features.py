@@ -10,7 +10,7 @@ import torch
 
 from graphfuse import dsl as P
 
-from ._models import aten, dims, export, gftest, matches, misses
+from ._models import aten, dims, export, gfmatch, matches, misses
 
 X4 = (torch.randn(2, 3, 4, 16),)
 
@@ -335,8 +335,8 @@ def test_both_outputs_of_var_mean(decompose):
 
 
 def test_both_outputs_of_a_custom_op():
-    ep = export(lambda x: gftest.minmax(x), (torch.randn(3, 5),))
-    mm = P.op(gftest.minmax, P.tensor("x"))
+    ep = export(lambda x: gfmatch.minmax(x), (torch.randn(3, 5),))
+    mm = P.op(gfmatch.minmax, P.tensor("x"))
     (m,) = matches(ep, (P.getitem(mm, 1), P.getitem(mm, 0)))
     assert [r.args[1] for r in m.roots] == [1, 0]
     assert m.root.target is operator.getitem

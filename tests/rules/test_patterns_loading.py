@@ -11,7 +11,7 @@ import torch
 import graphfuse
 from graphfuse import dsl as P
 
-from ._models import aten
+aten = torch.ops.aten
 
 RULE_FILE = """
 import torch

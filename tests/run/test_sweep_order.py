@@ -1,7 +1,7 @@
-"""The sweep order built per target (each target's nodes in position order, dealt into
-its rules' priorities, several targets of one priority merged by position) is the order
-of one sort by (priority, position, place in the set), also for nodes inserted out of
-creation order and for a priority that several targets, and several rules, feed."""
+"""The sweep order: every candidate (rule, node) once, sorted by rule priority (highest
+first), then the node's position in the graph, then the rule's place in the set; also for
+nodes inserted out of creation order, for a priority that several targets and several
+rules feed, and for a packet in a pattern (each of its overloads is a root)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from torch import fx
 
 from graphfuse import Rule, RuleSet
 from graphfuse import dsl as P
-from tests.core._models import fake_input_graph
-from tests.core._outcomes import keep_root as _keep
+from graphfuse.rules.rule import anchor_targets
+from graphfuse.run import sweep_order
+from tests.match._models import fake_input_graph
+from tests.match._outcomes import keep_root as _keep
 
 aten = torch.ops.aten
 
@@ -36,6 +38,18 @@ def _graph() -> fx.Graph:
     return g
 
 
+def _candidates(rules: list[Rule], g: fx.Graph) -> set[tuple[Rule, fx.Node]]:
+    """Every (rule, call node) whose target, or its packet, a rule's root may be: found by
+    looking at every node (the sweep finds them through the graph's op index)."""
+    return {
+        (rule, n)
+        for n in g.nodes
+        if n.op == "call_function"
+        for rule in rules
+        if any(t is n.target or t is n.target.overloadpacket for t in anchor_targets(rule.pattern))
+    }
+
+
 def test_sweep_order_is_one_sort_of_priority_position_place() -> None:
     g = _graph()
     mul_packet = P.op(aten.mul, P._, P._)
@@ -51,10 +65,10 @@ def test_sweep_order_is_one_sort_of_priority_position_place() -> None:
     rs = RuleSet("order", rules)
     pos = {n: i for i, n in enumerate(g.nodes)}
     want = sorted(
-        set(rs.candidates(g)),
+        _candidates(rules, g),
         key=lambda rn: (-rn[0].priority, pos[rn[1]], rules.index(rn[0])),
     )
-    got = rs.sweep_order(g)
+    got = sweep_order(rs, g)
     assert got == want
     assert len(got) == len(set(got)) == 7 * 2 + 7 * 3 + 3 * 2 + 3  # relu, add, mul, neg
     # the first node in position is an add inserted after the graph was built

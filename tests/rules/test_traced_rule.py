@@ -1,12 +1,15 @@
-"""``traced_rule``: a node the pattern reads twice must be one node in the graph too."""
+"""``traced_rule``: a node the pattern reads twice must be one node in the graph too; the
+rule is located where ``traced_rule`` was called."""
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 
 import graphfuse
 from graphfuse import RuleSet
-from graphfuse._runner import run_rules
+from graphfuse.run import run_rules
 
 
 def _square_of_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -24,10 +27,12 @@ class _TwoTanh(torch.nn.Module):
         return torch.tanh(x) * torch.tanh(x) + 1  # two tanh nodes, equal in structure
 
 
+def _tanh_squared(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x).square()
+
+
 def _rules() -> RuleSet:
-    rule = graphfuse.traced_rule(
-        "sq", _square_of_tanh, lambda x: torch.tanh(x).square(), [torch.randn(4)]
-    )
+    rule = graphfuse.traced_rule("sq", _square_of_tanh, _tanh_squared, [torch.randn(4)])
     return RuleSet("t", [rule])
 
 
@@ -46,3 +51,10 @@ def test_rewritten_square_matches_the_program() -> None:
     assert res.report.counts["sq"] == 1
     x = torch.randn(4)
     torch.testing.assert_close(res.program.module()(x), ep.module()(x))
+
+
+def test_the_rule_is_located_where_traced_rule_was_called() -> None:
+    args = ("sq", _square_of_tanh, _tanh_squared, [torch.randn(4)])
+    rule, line = graphfuse.traced_rule(*args), inspect.currentframe().f_lineno
+    assert rule.where == f"{__file__}:{line}"
+    assert not rule.local

@@ -7,7 +7,7 @@ import torch
 from torch import fx
 
 from graphfuse import dsl as P
-from graphfuse._args import arg_index, arg_spec, normalize
+from graphfuse.match.args import arg_index, arg_spec, normalize
 
 from ._models import aten, export, matches, misses
 
