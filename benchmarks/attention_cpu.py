@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import graphfuse  # noqa: F401
 from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref
-from graphfuse.testing_numerics import assert_fp8_close
+from graphfuse.testing.numerics import assert_fp8_close
 
 OPS = torch.ops.graphfuse
 

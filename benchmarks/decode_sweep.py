@@ -38,7 +38,7 @@ import attention_gpu as ag  # noqa: E402  (GraphTimer, input sets, SDPA baseline
 
 from graphfuse.ops.paged_ref import paged_decode_fp32  # noqa: E402
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref  # noqa: E402
-from graphfuse.testing_numerics import assert_nvfp4_close  # noqa: E402
+from graphfuse.testing.numerics import assert_nvfp4_close  # noqa: E402
 from graphfuse.triton import decode as dec  # noqa: E402
 from graphfuse.triton.paged import paged_into  # noqa: E402
 from tests.gpu._accept import check_fp8, nvfp4_stats  # noqa: E402

@@ -118,7 +118,7 @@ def tile(one: fx.GraphModule, n: int) -> fx.GraphModule:
 def local_rule(ir: str) -> Rule:
     """The block as traced in ``ir``, as a graphfuse rule (for IRs whose spelling the
     bundled rule set does not know)."""
-    from graphfuse._trace import graph_to_patterns
+    from graphfuse.rules.trace import graph_to_patterns
 
     (pat,) = graph_to_patterns(traced(block, ir).graph, ["x", "k", "v", "s"])
 
@@ -129,4 +129,4 @@ def local_rule(ir: str) -> Rule:
             m["s"],
         )
 
-    return Rule(f"local_attention_fp8_{ir}", pat, rewrite, priority=30, local=True)
+    return Rule(f"local_attention_fp8_{ir}", pat, rewrite, priority=30)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphfuse._pt2 import load_program
 from graphfuse.demo import DemoDecoder, demo_inputs
+from graphfuse.io.pt2 import load_program
 
 _OPS_MOD = """
 import torch

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import ProfilerActivity
 
-from graphfuse.testing_numerics import assert_fp8_close
+from graphfuse.testing.numerics import assert_fp8_close
 
 FP8 = torch.float8_e4m3fn
 

@@ -12,7 +12,7 @@ import graphfuse  # noqa: F401
 import graphfuse.triton  # noqa: F401  (CUDA impls; until graphfuse/__init__ imports it)
 from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
-from graphfuse.testing_numerics import assert_fp8_close, assert_nvfp4_close
+from graphfuse.testing.numerics import assert_fp8_close, assert_nvfp4_close
 
 from ._accept import check_fp8, fp8_stats
 

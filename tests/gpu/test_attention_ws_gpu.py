@@ -14,7 +14,7 @@ import torch
 import graphfuse  # noqa: F401
 from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
-from graphfuse.testing_numerics import assert_fp8_close, assert_nvfp4_close
+from graphfuse.testing.numerics import assert_fp8_close, assert_nvfp4_close
 
 triton = pytest.importorskip("triton")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphfuse._errors import ProgramLoadError
-from graphfuse._pt2 import load_program
+from graphfuse.errors import ProgramLoadError
+from graphfuse.io.pt2 import load_program
 
 
 class _Net(torch.nn.Module):
@@ -228,7 +228,7 @@ def test_imports_make_them_load(needs_imports: tuple[Path, Path, Path]) -> None:
     code = textwrap.dedent(
         f"""
         import torch
-        from graphfuse._pt2 import load_program
+        from graphfuse.io.pt2 import load_program
         x = torch.randn(3)
         ep = load_program({str(op)!r}, imports=["gf_test_ops"])
         torch.testing.assert_close(ep.module()(x), x * 2 + 1)

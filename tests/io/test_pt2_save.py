@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import graphfuse._pt2 as pt2
-from graphfuse._pt2 import ProgramSaveError, load_program, save_program
+import graphfuse.io.pt2 as pt2
+from graphfuse.io.pt2 import ProgramSaveError, load_program, save_program
 
 
 class _Net(torch.nn.Module):

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import graphfuse._pt2 as pt2
-from graphfuse._errors import UnsafeProgramError
-from graphfuse._pt2 import load_program
-from graphfuse._pt2_safety import unsafe_expression_reason
+import graphfuse.io.pt2 as pt2
+from graphfuse.errors import UnsafeProgramError
+from graphfuse.io.pt2 import load_program
+from graphfuse.io.safety import unsafe_expression_reason
 
 
 class _Evil:
@@ -337,7 +337,7 @@ def test_plain_expressions_accepted(expr: str) -> None:
 
 def test_graph_calling_a_non_operator_is_refused(base: Path) -> None:
     """torch's deserialiser resolves any ``torch.*`` name; graphfuse accepts operators only."""
-    from graphfuse._pt2_safety import check_graph_targets
+    from graphfuse.io.safety import check_graph_targets
 
     ep = load_program(base)
     check_graph_targets(ep)  # a normal program passes

@@ -16,7 +16,7 @@ from graphfuse.ops.paged_ref import (
     paged_decode_attention_ref,
     paged_decode_fp32,
 )
-from graphfuse.testing_numerics import assert_fp8_close, assert_nvfp4_close
+from graphfuse.testing.numerics import assert_fp8_close, assert_nvfp4_close
 
 FP8 = torch.float8_e4m3fn
 ops = torch.ops.graphfuse

@@ -1,8 +1,8 @@
 """Minimal docs/numerics.md acceptance checks for the fused-attention rule tests.
 
-``graphfuse/testing_numerics.py`` (the shared helpers) does not exist yet; these local
-checks implement the "Fused attention with quantized output" acceptance rules and should be
-replaced by the shared ones when they land.
+These local checks implement the "Fused attention with quantized output" acceptance rules
+and predate the shared helpers (``graphfuse.testing.numerics``, other signatures), which
+could replace them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import torch
 import graphfuse
 from graphfuse.ops.paged_ref import paged_decode_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
-from graphfuse.testing_numerics import assert_fp8_close, assert_nvfp4_close
+from graphfuse.testing.numerics import assert_fp8_close, assert_nvfp4_close
 
 FP8 = torch.float8_e4m3fn
 gf = torch.ops.graphfuse
