@@ -12,42 +12,28 @@ from __future__ import annotations
 from . import dsl as dsl
 from . import ops as ops  # registers every graphfuse:: op
 from . import triton as triton  # CUDA impls, registered lazily (imports neither triton nor CUDA)
-from ._api import Result as Result
-from ._api import apply as apply
-from ._api import explain as explain
-from ._compile import compile_backend as compile_backend
-from ._compile import inductor_pass as inductor_pass
-from ._errors import (
-    FixpointError as FixpointError,
-)
-from ._errors import (
-    GraphfuseError as GraphfuseError,
-)
-from ._errors import (
-    PatternLoadError as PatternLoadError,
-)
-from ._errors import (
-    ProgramLoadError as ProgramLoadError,
-)
-from ._errors import (
-    ProgramSaveError as ProgramSaveError,
-)
-from ._errors import (
-    RewriteError as RewriteError,
-)
-from ._errors import (
-    UnsafeProgramError as UnsafeProgramError,
-)
-from ._match import Match as Match
-from ._patterns import load_patterns as load_patterns
-from ._pt2 import load_program as load_program
-from ._pt2 import save_program as save_program
-from ._report import NearMiss as NearMiss
-from ._report import Report as Report
-from ._rewriter import Builder as Builder
-from ._rules import Rule as Rule
-from ._rules import RuleSet as RuleSet
-from ._trace import traced_rule as traced_rule
+from .api import Result as Result
+from .api import apply as apply
+from .api import explain as explain
+from .compile import compile_backend as compile_backend
+from .compile import inductor_pass as inductor_pass
+from .errors import FixpointError as FixpointError
+from .errors import GraphfuseError as GraphfuseError
+from .errors import PatternLoadError as PatternLoadError
+from .errors import ProgramLoadError as ProgramLoadError
+from .errors import ProgramSaveError as ProgramSaveError
+from .errors import RewriteError as RewriteError
+from .errors import UnsafeProgramError as UnsafeProgramError
+from .io import load_program as load_program
+from .io import save_program as save_program
+from .match import Match as Match
+from .rewrite import Builder as Builder
+from .rules import Rule as Rule
+from .rules import RuleSet as RuleSet
+from .rules import load_patterns as load_patterns
+from .rules import traced_rule as traced_rule
+from .run import NearMiss as NearMiss
+from .run import Report as Report
 
 __all__ = [
     "Builder",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import _api
+from . import api
 
 FP8 = torch.float8_e4m3fn
 
@@ -173,7 +173,7 @@ def run_case(
     say(f"exporting the {out_format} decoder ({layers} layers)")
     ep = torch.export.export(model, args)
     say("applying trtllm")
-    result = _api.apply(ep, "trtllm")
+    result = api.apply(ep, "trtllm")
     before, after = ep.module(), result.program.module()
     fresh = demo_inputs(batch, seq, hidden, hidden // heads, dtype)
     say("running both programs")

@@ -70,7 +70,8 @@ class Pattern:
         return Alt(branches, None)
 
 
-def _target_repr(target: Target) -> str:
+def target_repr(target: Target) -> str:
+    """How a target reads in patterns and messages: ``aten.softmax``, ``aten.add.Tensor``."""
     if isinstance(target, torch._ops.OpOverload):
         ns, name = target.namespace, target._schema.name.split("::")[-1]
         ovl = target._overloadname
@@ -107,9 +108,9 @@ class Call(Pattern):
 
     def __repr__(self) -> str:
         tgt = (
-            _target_repr(self.targets[0])
+            target_repr(self.targets[0])
             if len(self.targets) == 1
-            else "{" + ", ".join(_target_repr(t) for t in self.targets) + "}"
+            else "{" + ", ".join(target_repr(t) for t in self.targets) + "}"
         )
         parts = [tgt] + [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs]
         if self.commutative:
@@ -194,7 +195,7 @@ class Maybe(Pattern):
     where: Any = None  # Callable[[fx.Node], bool] | None
 
     def __repr__(self) -> str:
-        ops = ", ".join(_target_repr(t) for t in self.targets)
+        ops = ", ".join(target_repr(t) for t in self.targets)
         name = f", name={self.name!r}" if self.name else ""
         where = f", where={getattr(self.where, '__name__', self.where)}" if self.where else ""
         return f"P.maybe([{ops}], {self.inner!r}{name}{where})"
@@ -234,7 +235,7 @@ _ = Wildcard()
 def _targets(target: Target | Iterable[Target]) -> tuple[Target, ...]:
     if isinstance(target, (set, frozenset, list, tuple)):
         out = tuple(target)
-        return tuple(sorted(out, key=_target_repr)) if isinstance(target, (set, frozenset)) else out
+        return tuple(sorted(out, key=target_repr)) if isinstance(target, (set, frozenset)) else out
     return (target,)
 
 

@@ -70,16 +70,15 @@ def _write_text(path: str, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``graphfuse apply``; returns the exit code."""
-    import graphfuse
-
-    from .._pt2 import save_program
+    from .. import api
+    from ..io import save_program
     from ._verify import TOLERANCE, verify
 
     _check_paths(args)
     rules = rule_set(args)
     ep = load(args.file, args)
     with _progress(f"matching {rules.name}") as callback:
-        result = graphfuse.apply(ep, rules, progress=callback)
+        result = api.apply(ep, rules, progress=callback)
     out = console()
     report = result.report
     _render.render_counts(out, report.rule_set, report.counts, report.dry_run)

@@ -9,7 +9,7 @@ from typing import TextIO
 import torch
 from rich.console import Console
 
-from .._errors import GraphfuseError
+from ..errors import GraphfuseError
 
 
 class CliError(GraphfuseError):
@@ -18,14 +18,14 @@ class CliError(GraphfuseError):
 
 def load(path: str, args: argparse.Namespace) -> torch.export.ExportedProgram:
     """Load ``path`` with the command's ``--import`` / ``--trust`` options."""
-    from .._pt2 import load_program
+    from ..io import load_program
 
     return load_program(path, trust=args.trust, imports=args.imports)
 
 
 def rule_set(args: argparse.Namespace):
     """The rule set named by the ``-p`` options (their sum), ``trtllm`` by default."""
-    from .._patterns import load_patterns
+    from ..rules import load_patterns
 
     names = args.patterns or ["trtllm"]
     rules = load_patterns(names[0])

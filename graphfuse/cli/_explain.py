@@ -28,11 +28,11 @@ def group_near_misses(near_misses: list[Any]) -> dict[str, list[dict[str, str]]]
 
 def run(args: argparse.Namespace) -> int:
     """Run ``graphfuse explain``; returns the exit code."""
-    import graphfuse
+    from .. import api
 
     rules = rule_set(args)
     ep = load(args.file, args)
-    report = graphfuse.explain(ep, rules)
+    report = api.explain(ep, rules)
     groups = group_near_misses(report.near_misses)
     if args.json:
         print(json.dumps({"rule_set": report.rule_set, "near_misses": groups}, indent=2))

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import graphfuse_cli
 
-from .._errors import GraphfuseError
+from ..errors import GraphfuseError
 from . import _apply, _demo, _explain, _inspect, _patterns
 
 PROG = graphfuse_cli.PROG

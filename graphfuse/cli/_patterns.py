@@ -13,10 +13,9 @@ from ._common import console
 
 def _where(location: tuple[str, int]) -> str:
     """``file:line``, relative to the folder above the graphfuse sources when inside it."""
-    import graphfuse
-
     path, line = location
-    base = os.path.dirname(os.path.dirname(os.path.abspath(graphfuse.__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # graphfuse/
+    base = os.path.dirname(package)
     if path and os.path.abspath(path).startswith(base + os.sep):
         path = os.path.relpath(path, base)
     return f"{path}:{line}"
@@ -24,7 +23,7 @@ def _where(location: tuple[str, int]) -> str:
 
 def describe(names: list[str]) -> list[dict[str, Any]]:
     """Each rule set as ``{name, rules: [{name, doc, location}]}``."""
-    from .._patterns import bundled_names, load_patterns
+    from ..rules import bundled_names, load_patterns
 
     sets = []
     for name in names or bundled_names():

@@ -55,7 +55,7 @@ def _table(
 
 
 def _size(n: int) -> str:
-    from .._pt2_archive import format_bytes
+    from ..io.archive import format_bytes
 
     return format_bytes(n)
 

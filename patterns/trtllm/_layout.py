@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from graphfuse._dims import same_size
+from graphfuse.match.dims import same_size
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -63,111 +63,31 @@ def _strip(groups: Groups, sizes: dict[str, Any]) -> Groups:
     return [tuple(lb for lb in g if not same_size(sizes[lb], 1)) for g in groups]
 
 
-# Results of output_layout for int sizes, keyed by everything the simulation reads: the
-# start's shape, B / H / S / D, and per chain op how it moves the axes (its _kind) and what
-# it reads: the dims of a transpose / permute, the output shape of a reshape (an identity
-# op reads nothing and is left out). A rule firing on a thousand same-shaped blocks
-# simulates once.
-_CACHE: dict[tuple, str | None] = {}
-_CACHE_MAX = 4096
-STATS = {"hits": 0, "misses": 0}
-
-
-_INT = frozenset((int,))
-_MISS = object()
 _TRANSPOSE, _PERMUTE, _RESHAPE = "transpose", "permute", "reshape"
-_KINDS: dict[int, tuple[Any, str | None]] = {}  # id(target) -> (target, its kind)
 
 
 def _kind(target: Any) -> str | None:
     """How a chain op of ``target`` moves the axes: ``_TRANSPOSE``, ``_PERMUTE``, None
     (an identity: copies, aliases, casts) or ``_RESHAPE`` (reshape, view, _unsafe_view,
-    flatten: regrouped by the output's sizes). Remembered per target (an ``OpOverload``
-    hashes in Python)."""
-    hit = _KINDS.get(id(target))
-    if hit is None or hit[0] is not target:
-        if target is aten.transpose.int:
-            kind: str | None = _TRANSPOSE
-        elif target is aten.permute.default:
-            kind = _PERMUTE
-        elif target in _IDENTITY:
-            kind = None
-        else:
-            kind = _RESHAPE
-        hit = _KINDS[id(target)] = (target, kind)
-    return hit[1]
-
-
-def _ints(xs: Any) -> tuple | None:
-    out = xs if isinstance(xs, tuple) else tuple(xs)  # (a torch.Size is a tuple)
-    return out if _INT.issuperset(map(type, out)) else None
-
-
-def _cache_key(
-    start: fx.Node, chain: tuple[fx.Node, ...], names: tuple[str, ...], dims: tuple
-) -> tuple | None:
-    """The cache key of one simulation (``names``: the sizes' names, ``dims``: their
-    values); None when a size is symbolic (not cached)."""
-    shape = _ints(start.meta["val"].shape)
-    if shape is None or not _INT.issuperset(map(type, dims)):
+    flatten: regrouped by the output's sizes)."""
+    if target is aten.transpose.int:
+        return _TRANSPOSE
+    if target is aten.permute.default:
+        return _PERMUTE
+    if target in _IDENTITY:
         return None
-    if not chain:
-        return (shape, names, dims)
-    key: list = [shape, names, dims]
-    for node in chain:
-        kind = _kind(node.target)
-        if kind is None:
-            continue
-        if kind is _RESHAPE:
-            read: Any = node.meta["val"].shape  # (a torch.Size: hashed and compared as a tuple)
-        elif kind is _TRANSPOSE:
-            args = node.args
-            read = (args[1], args[2])
-        else:
-            read = tuple(node.args[1])
-        if not _INT.issuperset(map(type, read)):
-            return None
-        key.append((kind, read))
-    return tuple(key)
+    return _RESHAPE
 
 
 def output_layout(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> str | None:
     """The layout name the chain (outermost first) produces from ``start``'s value, where
     ``start`` holds ``[B, H, S, D]`` (possibly already flattened, e.g. ``[B*H, S, D]``)."""
-    return _cached_layout(start, chain, tuple(sizes), tuple(sizes.values()))
-
-
-_BHSD = ("B", "H", "S", "D")
+    return _simulate(start, chain, sizes)
 
 
 def bhsd_layout(start: fx.Node, chain: tuple[fx.Node, ...], dims: tuple) -> str | None:
     """``output_layout`` with the sizes ``B, H, S, D = dims``."""
-    if not chain:  # the common case, looked up inline: _cache_key's key for no chain
-        shape = start.meta["val"].shape  # (a torch.Size: hashed and compared as a tuple)
-        if _INT.issuperset(map(type, shape)) and _INT.issuperset(map(type, dims)):
-            got = _CACHE.get((shape, _BHSD, dims), _MISS)
-            if got is not _MISS:
-                STATS["hits"] += 1
-                return got  # type: ignore[return-value]
-    return _cached_layout(start, chain, _BHSD, dims)
-
-
-def _cached_layout(
-    start: fx.Node, chain: tuple[fx.Node, ...], names: tuple[str, ...], dims: tuple
-) -> str | None:
-    key = _cache_key(start, chain, names, dims)
-    if key is not None:
-        got = _CACHE.get(key, _MISS)
-        if got is not _MISS:
-            STATS["hits"] += 1
-            return got  # type: ignore[return-value]
-    STATS["misses"] += 1
-    out = _simulate(start, chain, dict(zip(names, dims)))
-    if key is not None:
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.clear()
-        _CACHE[key] = out
-    return out
+    return _simulate(start, chain, dict(zip(("B", "H", "S", "D"), dims)))
 
 
 def _simulate(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> str | None:

@@ -102,7 +102,6 @@ PAGED_RULES = [
         _rewrite_paged_fp8,
         _check_paged_fp8,
         priority=20,
-        local=True,
     ),
     Rule(
         "paged_decode_nvfp4_out",
@@ -110,6 +109,5 @@ PAGED_RULES = [
         _rewrite_paged_nvfp4,
         _check_paged_nvfp4,
         priority=20,
-        local=True,
     ),
 ]

@@ -15,7 +15,7 @@ from torch.export import ExportedProgram
 import graphfuse
 from graphfuse import dsl as P
 from graphfuse.io import copy_graph, finish_program, graph_module_of
-from tests.core._models import check_signature
+from tests._models import check_signature
 
 aten = torch.ops.aten
 

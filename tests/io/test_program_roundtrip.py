@@ -14,7 +14,7 @@ import torch
 
 import graphfuse
 from graphfuse import dsl as P
-from tests.core._models import Silu, aten, check_rewrite, dims, export, gftest, randn, rules
+from tests._models import Silu, aten, check_rewrite, dims, export, gftest, randn, rules
 
 X = P.tensor("x")
 SILU = P.op(aten.mul, X, P.op(aten.sigmoid, X), commutative=True)
@@ -79,7 +79,7 @@ def test_pt2_round_trip_in_a_fresh_process(fused):
         import torch
         import graphfuse  # registers graphfuse:: ops
         sys.path.insert(0, {str(TESTS)!r})
-        import core._models  # registers the test-only gftest:: ops
+        import _models  # registers the test-only gftest:: ops
         x = torch.load({str(out / "x.pt")!r})
         for name, target in (("aten", "aten.silu.default"), ("custom", "gftest.silu.default")):
             path = {str(out)!r} + "/" + name + ".pt2"

@@ -13,7 +13,7 @@ import graphfuse
 from graphfuse import dsl as P
 from graphfuse.io import copy_graph
 from graphfuse.run import run_rules
-from tests.core._models import Silu, export, graph_code, rules
+from tests._models import Silu, export, graph_code, rules
 
 aten = torch.ops.aten
 X = P.tensor("x")

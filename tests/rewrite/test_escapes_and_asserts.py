@@ -10,7 +10,7 @@ import torch
 
 import graphfuse
 from graphfuse import dsl as P
-from tests.core._models import check_rewrite, export, graph_code, randn, rules
+from tests._models import check_rewrite, export, graph_code, randn, rules
 
 aten = torch.ops.aten
 X = P.tensor("x")

@@ -21,7 +21,7 @@ from graphfuse.io import copy_graph
 from graphfuse.match import Match, match_rule
 from graphfuse.rewrite import FakePropagator, apply_match
 from graphfuse.run import run_rules
-from tests.core._models import Silu, export, rules
+from tests._models import Silu, export, rules
 
 aten = torch.ops.aten
 X = P.tensor("x")

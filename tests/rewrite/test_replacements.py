@@ -12,7 +12,7 @@ import torch
 
 import graphfuse
 from graphfuse import dsl as P
-from tests.core._models import (
+from tests._models import (
     Silu,
     check_rewrite,
     dims,

@@ -11,7 +11,7 @@ from torch.export import ExportedProgram
 import graphfuse
 from graphfuse import Rule
 from graphfuse import dsl as P
-from tests.core._models import Silu, check_rewrite, export, graph_code, randn, targets
+from tests._models import Silu, check_rewrite, export, graph_code, randn, targets
 
 from ._workloads import RELU_NEG, X, check_graph, fingerprint, rs, three_sites, to_abs
 

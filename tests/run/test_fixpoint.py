@@ -13,7 +13,7 @@ from graphfuse import Rule
 from graphfuse import dsl as P
 from graphfuse.io import copy_graph
 from graphfuse.run import run_rules
-from tests.core._models import Silu, check_rewrite, export, graph_code, randn
+from tests._models import Silu, check_rewrite, export, graph_code, randn
 
 from ._workloads import (
     RELU_NEG,

@@ -23,7 +23,7 @@ from graphfuse.match import Match, match_rule
 from graphfuse.match.state import State
 from graphfuse.rewrite import FakePropagator
 from graphfuse.run import run_rules
-from tests.core._models import SiluChain, export, gftest
+from tests._models import SiluChain, export, gftest
 
 from ._workloads import check_graph
 

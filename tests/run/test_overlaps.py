@@ -11,7 +11,7 @@ import torch
 import graphfuse
 from graphfuse import Rule
 from graphfuse import dsl as P
-from tests.core._models import Silu, check_rewrite, export, gftest, randn
+from tests._models import Silu, check_rewrite, export, gftest, randn
 
 from ._workloads import (
     RELU_NEG,
@@ -247,7 +247,7 @@ def test_one_root_claimed_by_two_rules_is_rewritten_once():
 
 
 def test_dry_run_counts_overlaps_once():
-    from tests.core._models import SiluChain
+    from tests._models import SiluChain
 
     ep = export(SiluChain(3), (torch.randn(4),))
     res = graphfuse.apply(ep, rs(_silu(), _custom()), dry_run=True)

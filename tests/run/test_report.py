@@ -14,7 +14,7 @@ from graphfuse import Rule
 from graphfuse import dsl as P
 from graphfuse.io import copy_graph
 from graphfuse.run import run_rules
-from tests.core._models import Silu, export
+from tests._models import Silu, export
 
 from ._workloads import RELU_NEG, X, fingerprint, rs, three_sites, to_abs
 
@@ -87,7 +87,7 @@ def test_dry_run_counts_but_changes_nothing(three):
 
 
 def test_progress_reports_every_256_candidates_of_each_sweep():
-    from tests.core._models import SiluChain
+    from tests._models import SiluChain
 
     ep = export(SiluChain(300), (torch.randn(4),))
     calls: list[tuple[int, int]] = []

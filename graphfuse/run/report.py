@@ -1,0 +1,95 @@
+"""What a run of a rule set did: counts per rule, near misses, timings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import fx
+
+from .. import dsl
+from ..match import Failure
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A place where a rule got partway: the rule, the node, and why it stopped."""
+
+    rule: str
+    node: str
+    reason: str
+    target: str = ""
+    stack_trace: str = ""
+
+    def __str__(self) -> str:
+        return f"rule {self.rule} at {self.node}: {self.reason}"
+
+    def source_line(self) -> str:
+        """The user's source line (the last ``File ..., line N`` frame of the stack trace)."""
+        lines = [ln.strip() for ln in self.stack_trace.strip().splitlines() if ln.strip()]
+        frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+        if not frames:
+            return ""
+        i = frames[-1]
+        code = lines[i + 1] if i + 1 < len(lines) else ""
+        return f"{lines[i]}: {code}" if code else lines[i]
+
+
+def near_miss(rule: str, failure: Failure, fallback: fx.Node) -> NearMiss:
+    """The near miss of ``rule`` that ``failure`` describes (at ``fallback`` when the
+    failure names no node)."""
+    node = failure.node or fallback
+    target = dsl.target_repr(node.target) if node.op == "call_function" else node.op
+    return NearMiss(rule, node.name, str(failure), target, node.meta.get("stack_trace") or "")
+
+
+@dataclass
+class Report:
+    """The outcome of :func:`graphfuse.apply` / :func:`graphfuse.explain`.
+
+    Attributes:
+        counts: rule name -> number of rewrites (every rule of the set appears).
+        near_misses: where rules got partway, with the reason in one sentence.
+        iterations: sweeps until the fixpoint.
+        dry_run: True when nothing was rewritten (counts are what would have fired).
+        timings: seconds spent per phase (``copy``, ``rewrite``, ``recompile``).
+        skipped: why the rules did not run on the graph at all (empty when they ran), e.g.
+            a training graph under ``torch.compile``.
+    """
+
+    rule_set: str
+    counts: dict[str, int] = field(default_factory=dict)
+    near_misses: list[NearMiss] = field(default_factory=list)
+    iterations: int = 0
+    dry_run: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+    skipped: str = ""
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule_set": self.rule_set,
+            "counts": dict(self.counts),
+            "total": self.total,
+            "near_misses": [
+                {"rule": n.rule, "node": n.node, "reason": n.reason, "target": n.target}
+                for n in self.near_misses
+            ],
+            "iterations": self.iterations,
+            "dry_run": self.dry_run,
+            "timings": dict(self.timings),
+            "skipped": self.skipped,
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), indent=2, **kwargs)
+
+    def __str__(self) -> str:
+        if self.skipped:
+            return f"{self.rule_set}: skipped ({self.skipped})"
+        fired = ", ".join(f"{k}={v}" for k, v in self.counts.items() if v) or "nothing"
+        return f"{self.rule_set}: {fired}; {len(self.near_misses)} near miss(es)"

@@ -1,0 +1,133 @@
+"""Running a rule set on a graph: candidates, overlaps, rewrites, fixpoint, report."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch import fx
+
+from ..errors import FixpointError
+from ..match import Match, Tracer, match_rule
+from ..rewrite import FakePropagator, apply_match
+from ..rules import Rule, RuleSet
+from .report import NearMiss, Report, near_miss
+
+Progress = Callable[[int, int], None]
+
+
+def sweep_order(rules: RuleSet, graph: fx.Graph) -> list[tuple[Rule, fx.Node]]:
+    """The candidates, each (rule, node) once, found through the graph's op index (no scan
+    of every node): higher rule priority first, then position in the graph, then the
+    rule's place in the set."""
+    place = {rule: i for i, rule in enumerate(rules)}
+    pairs = [
+        (rule, node)
+        for target, by_target in rules.roots()
+        for node in graph.find_nodes(op="call_function", target=target, sort=False)
+        for rule in by_target
+    ]
+    pairs.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, place[rn[0]]))
+    return pairs
+
+
+def run_rules(
+    graph: fx.Graph,
+    rules: RuleSet,
+    *,
+    dry_run: bool = False,
+    explain: bool = False,
+    min_depth: int = 2,
+    max_iterations: int = 32,
+    lint: bool = True,
+    progress: Progress | None = None,
+) -> Report:
+    """Rewrite ``graph`` in place with ``rules`` until nothing more fires.
+
+    A sweep visits the candidates in :func:`sweep_order` and applies each match as it is
+    found, so a candidate that an earlier rewrite consumed is skipped without matching;
+    overlaps go to the first. The next sweep revisits everything only when a rewrite
+    created a node that some pattern of the set could match; otherwise only the
+    candidates a rewrite may have unblocked (those that failed because an intermediate
+    escaped). ``graph.lint()`` runs after every sweep that changed something.
+
+    Args:
+        graph: the graph, rewritten in place (unless ``dry_run``).
+        rules: the rule set.
+        dry_run: match and count, change nothing (one sweep).
+        explain: also trace structural partial matches (at least ``min_depth`` pattern
+            ops deep) into near misses.
+        max_iterations: bound on sweeps; a rule set still rewriting after it raises
+            :class:`FixpointError`.
+        lint: run ``graph.lint()`` after each sweep that changed the graph.
+        progress: called as ``progress(done, total)`` while matching candidates.
+
+    Returns:
+        the :class:`Report`: counts per rule, near misses, sweeps.
+    """
+    report = Report(rules.name, {r.name: 0 for r in rules}, dry_run=dry_run)
+    fake = FakePropagator()
+    misses: dict[tuple[str, str], tuple[NearMiss, fx.Node]] = {}
+    norm: dict[fx.Node, Any] = {}  # normalized arguments, valid while a node is unedited
+    place = {rule: i for i, rule in enumerate(rules)}
+    retry: set[tuple[Rule, fx.Node]] | None = None  # None: every candidate
+    fired: list[str] = []
+    for iteration in range(1, max_iterations + 1):
+        report.iterations = iteration
+        if retry is None:
+            cands = sweep_order(rules, graph)
+        else:
+            cands = sorted(retry, key=lambda rn: (-rn[0].priority, rn[1]._sort_key, place[rn[0]]))
+        fired, retry, full_sweep = [], set(), False
+        consumed: set[fx.Node] = set()
+        for i, (rule, node) in enumerate(cands):
+            if progress is not None and i % 256 == 0:
+                progress(i, len(cands))
+            if node._erased or node in consumed:
+                continue
+            tracer = Tracer() if explain and iteration == 1 else None
+            res = match_rule(rule, node, tracer, norm)
+            if isinstance(res, Match):
+                if dry_run:
+                    consumed |= res.node_set
+                else:
+                    created = apply_match(res, graph, fake, escape_checked=True)
+                    if isinstance(created, list):
+                        full_sweep = full_sweep or any(rules.mentions(n.target) for n in created)
+                    else:  # no longer safe: retried next sweep
+                        res = created
+                if isinstance(res, Match):
+                    report.counts[rule.name] += 1
+                    fired.append(rule.name)
+                    continue
+            failure = res if res is not None else None
+            if failure is None and tracer is not None and tracer.depth >= min_depth:
+                failure = tracer.failure
+            if failure is not None:
+                if failure.kind == "escape":
+                    retry.add((rule, node))
+                miss = near_miss(rule.name, failure, node)
+                misses.setdefault((rule.name, node.name), (miss, node))
+        if progress is not None:
+            progress(len(cands), len(cands))
+        if dry_run or not fired:
+            break
+        if full_sweep:
+            retry = None
+        if lint:
+            graph.lint()
+    else:
+        raise FixpointError(
+            f"rule set {rules.name} still rewrote after {max_iterations} sweeps "
+            f"(rules {', '.join(sorted(set(fired)))} keep firing); do they undo each other?"
+        )
+    report.near_misses = [nm for nm, node in misses.values() if not node._erased]
+    return report
+
+
+def timed(report: Report, phase: str, start: float) -> float:
+    """Record ``time.perf_counter() - start`` as ``report.timings[phase]``; return now."""
+    now = time.perf_counter()
+    report.timings[phase] = report.timings.get(phase, 0.0) + now - start
+    return now
