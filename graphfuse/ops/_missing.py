@@ -1,6 +1,6 @@
-"""Clear errors for CPU calls when the native module ``graphfuse._C`` is not built.
+"""Clear errors for CPU calls when the native module (``graphfuse._C`` / ``_C_avx2``) is not built.
 
-Importing this module registers, only when ``graphfuse._C`` failed to load, a CPU kernel for
+Importing this module registers, only when neither native module loaded, a CPU kernel for
 every ``graphfuse::`` op that raises :func:`missing_native_message`. There is no Python
 fallback: a missing kernel is an error that says how to build it.
 """
@@ -26,7 +26,7 @@ def register_missing_kernels() -> list[str]:
     """Registers the raising CPU kernels if the native module is missing.
 
     Returns:
-        The op names that got a raising kernel (empty when ``graphfuse._C`` is loaded).
+        The op names that got a raising kernel (empty when a native module is loaded).
     """
     if native_available():
         return []

@@ -302,10 +302,12 @@ def test_errors_name_the_op(case: int) -> None:
 def test_missing_native_module_raises_clear_error() -> None:
     code = textwrap.dedent("""
         import sys
-        sys.modules["graphfuse._C"] = None  # the import fails as if the module were not built
+        for name in ("graphfuse._C", "graphfuse._C_avx2"):
+            sys.modules[name] = None  # the import fails as if the module were not built
         import torch, graphfuse
         from graphfuse.ops import _missing
         assert "fp8_static_quant" in _missing.MISSING
+        assert graphfuse.ops.native_variant() is None
         try:
             torch.ops.graphfuse.fp8_static_quant(torch.randn(4), torch.tensor(1.0))
         except RuntimeError as e:
