@@ -232,6 +232,11 @@ class Alt:
 
     def step(self, value: Any, where: Any, st: State, goals: Goals, choices: list) -> Goals:
         branches = self.branches if st.tracer is not None else self._viable(value)
+        if len(branches) == 1:  # one way: no choice point
+            tag, matcher, _ = branches[0]
+            if self.name is not None:
+                st.put(st.tags, self.name, tag)
+            return (matcher, value, where, goals)
         return _choose(st, choices, self._ways(branches, value, where, st, goals))
 
     def _ways(self, branches: tuple, value: Any, where: Any, st: State, goals: Goals):

@@ -26,14 +26,18 @@ def _tensor_key(v: torch.Tensor) -> Any:
     return key
 
 
-def _key_of(a: Any) -> Any:
-    """The cache key of one argument: its value's metadata (``_MISSING``: no value)."""
+def _key_of(a: Any, tensor_keys: dict[int, tuple[torch.Tensor, Any]]) -> Any:
+    """The cache key of one argument: its value's metadata (``_MISSING``: no value).
+    ``tensor_keys`` remembers the key of each fake tensor seen (by identity)."""
     if isinstance(a, fx.Node):
         a = a.meta.get("val", _MISSING)
         if a is _MISSING:
             return _MISSING
     if isinstance(a, torch.Tensor):
-        return _tensor_key(a)
+        hit = tensor_keys.get(id(a))
+        if hit is None or hit[0] is not a:
+            hit = tensor_keys[id(a)] = (a, _tensor_key(a))
+        return hit[1]
     if isinstance(a, (bool, float)):  # 2, 2.0 and True compare equal; their dtypes do not
         return (type(a), a)
     if a is None or isinstance(a, (int, str, torch.dtype, torch.device)):
@@ -41,7 +45,7 @@ def _key_of(a: Any) -> Any:
     if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("sym", str(a))
     if isinstance(a, (list, tuple)):
-        parts = tuple(_key_of(x) for x in a)
+        parts = tuple(_key_of(x, tensor_keys) for x in a)
         return _MISSING if any(p is _MISSING for p in parts) else (type(a).__name__, parts)
     return ("repr", repr(a))
 
@@ -59,12 +63,13 @@ class FakePropagator:
 
     def __init__(self) -> None:
         self._cache: dict[Any, tuple[Any, Any]] = {}  # key -> (target, fake value)
+        self._tensor_keys: dict[int, tuple[torch.Tensor, Any]] = {}
         self.hits = 0
         self.misses = 0
 
     def __call__(self, target: Any, args: tuple, kwargs: dict) -> Any:
         """The fake value of ``target(*args, **kwargs)``; None where an input has none."""
-        key = _key_of((args, tuple(kwargs.items())))
+        key = _key_of((args, tuple(kwargs.items())), self._tensor_keys)
         if key is _MISSING:
             return None
         key = (id(target), key)  # the entry holds the target: its id stays its own
