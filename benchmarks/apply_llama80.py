@@ -1,34 +1,30 @@
 """Time to apply the ``trtllm`` rule set to an exported 80-layer Llama-style decoder
 (pre-dispatch and core ATen), one process, median of repeats.
 
-Usage: python benchmarks/apply_llama80.py [--layers 80] [--repeats 3]
+Usage: python -m benchmarks.apply_llama80 [--layers 80] [--repeats 3] [--json PATH]
 Prints a table (export kind, nodes, rewrites, seconds) and writes
-benchmarks/results/apply_llama80.json.
+benchmarks/results/apply_llama80.json (or ``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
 import graphfuse
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.patterns import _models as M  # noqa: E402
+from benchmarks.common import print_table, result_path, write_json
+from tests.patterns import _models as M  # (the tests' Llama-style decoder)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=80)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", default=result_path("apply_llama80"))
     a = ap.parse_args()
     cfg = M.Config(dtype=torch.bfloat16)
     mod = M.LlamaLayer(cfg, layers=a.layers).eval()
@@ -62,12 +58,14 @@ def main() -> None:
             }
         )
     print(f"export {t_export:.1f} s, run_decompositions {t_decomp:.1f} s ({a.layers} layers)")
-    print(f"{'export':<14}{'nodes':>8}{'rewrites':>10}{'apply s':>10}")
-    for r in rows:
-        print(f"{r['export']:<14}{r['nodes']:>8}{r['rewrites']:>10}{r['apply_s']:>10.2f}")
-    out = ROOT / "benchmarks" / "results" / "apply_llama80.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"layers": a.layers, "rows": rows}, indent=2))
+    print_table(
+        ["export", "nodes", "rewrites", "apply s"],
+        [[r["export"], r["nodes"], r["rewrites"], r["apply_s"]] for r in rows],
+    )
+    write_json(
+        a.json,
+        {"layers": a.layers, "export_s": t_export, "run_decompositions_s": t_decomp, "rows": rows},
+    )
     print(f"core/pre apply time ratio: {rows[1]['apply_s'] / rows[0]['apply_s']:.2f}x")
 
 

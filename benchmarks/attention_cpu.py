@@ -1,7 +1,7 @@
 """docs/benchmarks.md section 2, attention rows: the fused graphfuse CPU op vs the unfused graph it
 replaces, same process, same inputs, interleaved rounds, median.
 
-    python benchmarks/attention_cpu.py [--rounds 7] [--json benchmarks/results/attention_cpu.json]
+    python -m benchmarks.attention_cpu [--rounds 7] [--json benchmarks/results/attention_cpu.json]
 
 Shapes: prefill B=1, Hq=32, Hkv=8, S=1024, D=128, causal (bf16 in); decode B=32, Hq=32,
 Hkv=8, Skv=2048, D=128, Sq=1 (FP8 KV in). Outputs are checked against the reference before
@@ -11,18 +11,12 @@ timing. The last line printed is the headline ratio.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 import graphfuse  # noqa: F401
+from benchmarks.common import cpu_name, interleaved, print_table, result_path, write_json
 from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref
 from graphfuse.testing.numerics import assert_fp8_close
@@ -35,19 +29,6 @@ def eager_quant(o: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     b, h, sq, d = o.shape
     x = o.transpose(1, 2).reshape(b, sq, h * d)
     return (x.float() / s).clamp(-448, 448).to(torch.float8_e4m3fn)
-
-
-def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median wall time (ms) of each fn, one call of every fn per round after a warm-up."""
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def prefill(rounds: int) -> dict[str, float]:
@@ -109,7 +90,7 @@ def decode(rounds: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--json", default="benchmarks/results/attention_cpu.json")
+    ap.add_argument("--json", default=result_path("attention_cpu"))
     a = ap.parse_args()
     with torch.inference_mode():
         pre, dec = prefill(a.rounds), decode(max(3, a.rounds // 2))
@@ -126,17 +107,12 @@ def main() -> None:
     ]  # fmt: skip
     mins = {">= 1.5x": 1.5, ">= 0.91x (<= 1.1x t)": 1 / 1.1, ">= 0.91x": 1 / 1.1,
             ">= 20x": 20.0, "> 1x": 1.0}  # fmt: skip
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor()}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {cpu_name()}")
     print("timings (median ms): prefill " + ", ".join(f"{k} {v:.1f}" for k, v in pre.items()))
     print("                     decode  " + ", ".join(f"{k} {v:.1f}" for k, v in dec.items()))
-    print(f"{'comparison':42s} {'fused ms':>9s} {'base ms':>9s} {'speedup':>8s}  target")
     out_rows = []
     for what, fused, base, target in rows:
         ratio = base / fused
-        ok = ratio >= mins[target]
-        print(
-            f"{what:42s} {fused:9.1f} {base:9.1f} {ratio:7.2f}x  {target} {'ok' if ok else 'MISS'}"
-        )
         out_rows.append(
             dict(
                 comparison=what,
@@ -144,23 +120,27 @@ def main() -> None:
                 baseline_ms=base,
                 speedup=ratio,
                 target=target,
-                met=ok,
+                met=ratio >= mins[target],
             )
         )
-    os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(
-            dict(
-                date=datetime.datetime.now().isoformat(timespec="seconds"),
-                torch=torch.__version__,
-                threads=torch.get_num_threads(),
-                prefill_ms=pre,
-                decode_ms=dec,
-                rows=out_rows,
-            ),
-            f,
-            indent=2,
-        )
+    print_table(
+        ["comparison", "fused ms", "base ms", "speedup", "target"],
+        [
+            [
+                r["comparison"],
+                r["fused_ms"],
+                r["baseline_ms"],
+                f"{r['speedup']:.2f}x",
+                f"{r['target']} {'ok' if r['met'] else 'MISS'}",
+            ]
+            for r in out_rows
+        ],  # fmt: skip
+        fmt=".1f",
+    )
+    write_json(
+        a.json,
+        dict(threads=torch.get_num_threads(), prefill_ms=pre, decode_ms=dec, rows=out_rows),
+    )
     head = pre["sdpa+quant"] / pre["fused_fp8"]
     print(f"headline: prefill bf16-in FP8-out fused is {head:.2f}x faster than SDPA + quant")
 

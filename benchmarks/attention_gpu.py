@@ -5,32 +5,28 @@ One script, one call: measures the machine's ceilings (copy bandwidth, bf16 GEMM
 inputs rotated past L2), with the numerics of every fused row checked against the fp32
 reference in the same run. Writes ``benchmarks/results/attention_gpu.json`` (or ``--json``).
 
-    python benchmarks/attention_gpu.py [--json PATH] [--sweep]
+    python -m benchmarks.attention_gpu [--json PATH] [--sweep] [--only decode|prefill]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import graphfuse  # noqa: E402,F401
-from graphfuse.ops.attention_ref import attention_fp32  # noqa: E402
-from graphfuse.ops.paged_ref import paged_decode_fp32  # noqa: E402
-from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref  # noqa: E402
-from graphfuse.triton.attention_ops import run as dense_run  # noqa: E402
-from graphfuse.triton.paged import paged_into  # noqa: E402
-from tests.gpu._accept import fp8_stats, nvfp4_stats  # noqa: E402
+import graphfuse  # noqa: F401
+from benchmarks.common import result_path, write_json
+from graphfuse.ops.attention_ref import attention_fp32
+from graphfuse.ops.paged_ref import paged_decode_fp32
+from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
+from graphfuse.triton.attention_ops import run as dense_run
+from graphfuse.triton.paged import paged_into
+from tests.gpu._accept import fp8_stats, nvfp4_stats  # (the GPU tests' statistics, recorded)
 
 FP8 = torch.float8_e4m3fn
 DEV = "cuda"
@@ -420,7 +416,7 @@ def prefill_rows(b, hq, hkv, s, d, ceil: dict, sweep: bool) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", default=str(Path(__file__).parent / "results" / "attention_gpu.json"))
+    ap.add_argument("--json", default=result_path("attention_gpu"))
     ap.add_argument("--sweep", action="store_true", help="sweep kernel configs first")
     ap.add_argument("--only", choices=["decode", "prefill"], default=None)
     args = ap.parse_args(argv)
@@ -433,15 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows: list[dict] = []
     result = {
-        "date": datetime.date.today().isoformat(),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
         "triton": __import__("triton").__version__,
         "ceilings": ceil,
         "rows": rows,
     }
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if args.only in (None, "decode"):
         for shape in (
             (64, 32, 8, 4096, 128),
@@ -453,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             r["target"] = 1.3 if shape[0] == 64 else (1.0 if shape[0] <= 8 else None)
             r["met"] = None if r["target"] is None else r["ratio_fp8_vs_sdpa_quant"] >= r["target"]
             rows.append(r)
-            out.write_text(json.dumps(result, indent=1))
+            write_json(args.json, result, gpu=True)
             print(
                 json.dumps(
                     {k: r[k] for k in ("row", "ms", "ratio_fp8_vs_sdpa_quant", "kv_TBps", "config")}
@@ -463,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.empty_cache()
     if args.only in (None, "prefill"):
         rows += prefill_rows(4, 32, 8, 4096, 128, ceil, args.sweep)
-    out.write_text(json.dumps(result, indent=1))
+    write_json(args.json, result, gpu=True)
     print(f"\n{'row':<72} {'fused ms':>9} {'base ms':>9} {'ratio':>6} {'target':>6}")
     headline = None
     for r in rows:

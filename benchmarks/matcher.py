@@ -26,22 +26,18 @@ Also: an exported Llama-style decoder (pre-dispatch and core ATen, graphfuse onl
 baselines would need one pattern per spelling) and 100 unrelated rules next to the bundled
 set (cost per candidate node).
 
-Run: ``python benchmarks/matcher.py`` (``--sizes 100,1000`` for a quick look; ``--tools
-graphfuse`` skips the baselines while iterating). The JSON is rewritten after every IR,
-so a run cut short keeps the rows it finished.
+Run: ``python -m benchmarks.matcher`` from the repository root (``--sizes 100,1000`` for a
+quick look; ``--tools graphfuse`` skips the baselines while iterating). The JSON is rewritten
+after every IR, so a run cut short keeps the rows it finished.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,12 +45,11 @@ from torch import fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import graphfuse
+from benchmarks.common import result_path, write_json
 from graphfuse import Rule, RuleSet
 from graphfuse import dsl as P
 from graphfuse.io import copy_graph, finish_program
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests._chain import (  # noqa: E402  (the workload, shared with the tests)
+from tests._chain import (  # (the workload, shared with the tests)
     BF16,
     FP8,
     block,
@@ -67,7 +62,7 @@ from tests._chain import (  # noqa: E402  (the workload, shared with the tests)
 )
 
 aten = torch.ops.aten
-RESULTS = os.path.join(os.path.dirname(__file__), "results", "matcher.json")
+RESULTS = result_path("matcher")
 
 
 # --------------------------------------------------------------------------- tools
@@ -295,11 +290,7 @@ def main() -> None:
 
     def save() -> None:
         """Write the JSON now (after every size and IR), so a run cut short keeps its rows."""
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(dict(rows=rows, notes=notes, date=time.strftime("%F %T")), f, indent=1)
-        os.replace(tmp, a.out)
+        write_json(a.out, dict(rows=rows, notes=notes))
 
     def row(**kw: Any) -> None:
         rows.append(kw)

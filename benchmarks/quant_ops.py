@@ -3,21 +3,18 @@
 16M bfloat16 elements ([4096, 4096]), same process, same inputs, interleaved, median of
 repeats. Target (docs/benchmarks.md section 2): every op >= 5x faster than the eager graph.
 
-    python benchmarks/quant_ops.py [--repeats 9] [--json benchmarks/results/quant_ops.json]
+    python -m benchmarks.quant_ops [--repeats 9] [--json benchmarks/results/quant_ops.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
 import graphfuse  # noqa: F401
+from benchmarks.common import interleaved, print_table, result_path, write_json
 from graphfuse.ops.quant_ref import (
     fp8_dequant_ref,
     fp8_static_quant_ref,
@@ -48,18 +45,12 @@ def cases(x: torch.Tensor) -> dict[str, tuple[Callable[[], object], Callable[[],
     }
 
 
-def _time(fn: Callable[[], object]) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--cols", type=int, default=4096)
-    ap.add_argument("--json", default="benchmarks/results/quant_ops.json")
+    ap.add_argument("--json", default=result_path("quant_ops"))
     args = ap.parse_args()
     x = torch.randn(args.rows, args.cols, generator=torch.Generator().manual_seed(0))
     x = x.to(torch.bfloat16)
@@ -70,17 +61,13 @@ def main() -> None:
     )
     rows = []
     for name, (fast, eager) in cases(x).items():
-        fast(), eager()  # warm up
-        tf, te = [], []
-        for _ in range(args.repeats):  # interleaved
-            tf.append(_time(fast))
-            te.append(_time(eager))
-        f, e = statistics.median(tf) * 1e3, statistics.median(te) * 1e3
+        t = interleaved({"graphfuse": fast, "eager": eager}, args.repeats)
+        f, e = t["graphfuse"], t["eager"]
         rows.append({"op": name, "graphfuse_ms": f, "eager_ms": e, "speedup": e / f})
-    print(f"{'op':<18} {'graphfuse ms':>13} {'eager ms':>10} {'speedup':>8}")
-    for r in rows:
-        print(f"{r['op']:<18} {r['graphfuse_ms']:>13.2f} {r['eager_ms']:>10.2f} "
-              f"{r['speedup']:>7.1f}x")  # fmt: skip
+    print_table(
+        ["op", "graphfuse ms", "eager ms", "speedup"],
+        [[r["op"], r["graphfuse_ms"], r["eager_ms"], f"{r['speedup']:.1f}x"] for r in rows],
+    )
     worst = min(rows, key=lambda r: r["speedup"])
     result = {
         "shape": [args.rows, args.cols],
@@ -90,8 +77,7 @@ def main() -> None:
         "rows": rows,
         "min_speedup": worst["speedup"],
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
     print(f"min speedup over eager: {worst['speedup']:.1f}x ({worst['op']}; target >= 5x)")
 
 

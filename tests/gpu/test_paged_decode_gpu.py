@@ -104,7 +104,7 @@ def test_paged_decode_matches_reference(seed: int) -> None:
         run_case(c)
 
 
-# kernel variants (decode.py knobs; benchmarks/decode_sweep.py times them)
+# kernel variants (decode.py knobs; benchmarks/decode_sweep.py, in git history, timed them)
 VARIANTS = [
     dict(bt_ahead=True, num_stages=4),
     dict(bt_ahead=True, num_stages=3, block_n=128, num_warps=8),
