@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import fx
 
+from ..errors import RewriteError
 from .dims import holds, show_size
 from .failure import Failure
 
@@ -122,10 +123,22 @@ class Match:
         )
 
     def run_check(self) -> Failure | None:
+        """None when the rule's check passes, else its failure.
+
+        Raises:
+            RewriteError: the check raised (the message names the rule and the node).
+        """
         check = self.rule.check
         if check is None:
             return None
-        result = check(self)
+        try:
+            result = check(self)
+        except Exception as exc:
+            detail = str(exc).splitlines()[0] if str(exc) else ""
+            raise RewriteError(
+                f"rule {self.rule.name} at {self.root.name}: the check raised "
+                f"{type(exc).__name__}: {detail}"
+            ) from exc
         if result is None or result is True:
             return None
         if isinstance(result, Failure):

@@ -13,6 +13,8 @@ from torch import fx
 
 from .failure import Failure
 
+_ABSENT = object()  # a trail entry's old value where the key was not set
+
 
 class Tracer:
     """Keeps the deepest failure seen while matching one candidate (for ``explain``)."""
@@ -54,7 +56,7 @@ class State:
         self.nodes: list[fx.Node] = []
         self.node_set: set[fx.Node] = set()
         self.roots: list[fx.Node] = []
-        self.trail: list[tuple[Any, Any]] = []
+        self.trail: list[tuple[Any, Any, Any]] = []  # (table, key, old value)
         self.tracer = tracer
         self.norm = norm
         self.steps = 0
@@ -65,27 +67,31 @@ class State:
     def undo(self, mark: int) -> None:
         trail = self.trail
         while len(trail) > mark:
-            table, key = trail.pop()
+            table, key, old = trail.pop()
             if table is None:
                 self.node_set.discard(self.nodes.pop())
             elif table is self.roots:
                 self.roots.pop()
-            else:
+            elif old is _ABSENT:
                 del table[key]
+            else:
+                table[key] = old
 
     def put(self, table: dict, key: str, value: Any) -> None:
+        """``table[key] = value``, undone by :meth:`undo` (a key set twice, by a named
+        ``alt`` or ``maybe`` used twice in one pattern, gets its first value back)."""
+        self.trail.append((table, key, table.get(key, _ABSENT)))
         table[key] = value
-        self.trail.append((table, key))
 
     def add_node(self, node: fx.Node) -> None:
         if node not in self.node_set:
             self.nodes.append(node)
             self.node_set.add(node)
-            self.trail.append((None, None))
+            self.trail.append((None, None, None))
 
     def add_root(self, node: fx.Node) -> None:
         self.roots.append(node)
-        self.trail.append((self.roots, None))
+        self.trail.append((self.roots, None, None))
 
     def bind(self, name: str, value: Any, where: tuple | None) -> bool:
         """Bind ``name`` to ``value``; a name bound before must hold the same value."""

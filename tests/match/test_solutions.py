@@ -169,3 +169,41 @@ def test_matching_never_prints_a_whole_pattern(monkeypatch) -> None:
     assert str(tracer.failure)
     g, n = _graph()
     assert run_rules(g, RuleSet("s", [rule]), explain=True).counts == {"r": 1}
+
+
+def test_a_named_maybe_used_twice_backtracks_cleanly() -> None:
+    """A ``maybe`` named once and used at two places in one pattern sets its chain twice;
+    backtracking past the second use gives the first value back (no KeyError), in apply,
+    dry runs and explain alike."""
+    import torch
+
+    import graphfuse
+    from graphfuse import dsl as P
+
+    aten = torch.ops.aten
+    casts = [aten.to.dtype, aten._to_copy.default]
+
+    def upcast(name: str) -> P.Pattern:
+        return P.maybe(casts, P.tensor(name), name="upcast")
+
+    pat = P.op(aten.add.Tensor, upcast("a"), upcast("b"))
+    # a rule whose structure fails after both maybes ran (alpha is 1), backtracking
+    # through every chain length of both
+    late = P.op(aten.add.Tensor, upcast("a"), upcast("b"), alpha=2)
+
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x.float() + y.float() + x
+
+    ep = torch.export.export(M(), (torch.randn(4, dtype=torch.bfloat16),) * 2)
+
+    def rewrite(m: graphfuse.Match, b: graphfuse.Builder) -> torch.fx.Node:
+        a, c = (b.call(aten._to_copy.default, m[n], dtype=torch.float32) for n in "ab")
+        return b.call(aten.sub.Tensor, a, c)
+
+    rules = graphfuse.RuleSet(
+        "r", [graphfuse.Rule("fails_late", late, rewrite), graphfuse.Rule("sums", pat, rewrite)]
+    )
+    graphfuse.explain(ep, rules)
+    assert graphfuse.apply(ep, rules, dry_run=True).report.counts["fails_late"] == 0
+    graphfuse.apply(ep, rules)

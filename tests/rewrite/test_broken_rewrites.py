@@ -87,3 +87,20 @@ def test_broken_rewrites_raise_and_leave_the_graph_alone(rewrite, message):
     with pytest.raises(graphfuse.RewriteError, match="^rule bad"):
         graphfuse.apply(ep, rs)
     assert graph_code(ep) == before
+
+
+def test_a_raising_check_names_the_rule_and_the_node() -> None:
+    """A check that raises becomes a one-line RewriteError naming the rule and the node."""
+
+    def check(m: graphfuse.Match) -> None:
+        return 1 / 0
+
+    rule = graphfuse.Rule(
+        "divides",
+        P.op(torch.ops.aten.mul.Tensor, P.tensor("x"), P.op(torch.ops.aten.sigmoid, P.tensor("x"))),
+        lambda m, b: b.call(torch.ops.aten.silu.default, m["x"]),
+        check,
+    )
+    ep = export(Silu(), (torch.randn(4),))
+    with pytest.raises(graphfuse.RewriteError, match=r"rule divides at mul: the check raised"):
+        graphfuse.apply(ep, graphfuse.RuleSet("r", [rule]))
