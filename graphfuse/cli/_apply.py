@@ -25,8 +25,15 @@ def _check_paths(args: argparse.Namespace) -> None:
     if _same(args.output, args.file):
         raise CliError(f"{args.output}: is the input file; graphfuse never overwrites its input")
     for path in (args.output, args.report):
-        if path and os.path.isdir(path):
+        if not path:
+            continue
+        if os.path.isdir(path):
             raise CliError(f"{path}: is a directory; give a file name")
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise CliError(f"{path}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK):
+            raise CliError(f"{path}: the folder {folder} is not writable")
     if args.report and (_same(args.report, args.file) or _same(args.report, args.output)):
         raise CliError(f"{args.report}: the report must not overwrite IN or OUT")
 
@@ -51,7 +58,8 @@ def _progress(total_label: str) -> Iterator[object]:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
-def _write_text(path: str, text: str) -> None:
+def _staged_text(path: str, text: str) -> str:
+    """``text`` written to a temporary file beside ``path`` (moved there by the caller)."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.")
@@ -61,11 +69,11 @@ def _write_text(path: str, text: str) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    return tmp
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,8 +99,18 @@ def run(args: argparse.Namespace) -> int:
                 f"--verify: output {worst['output']} disagrees (relative L2 error "
                 f"{worst['rel_l2']:.3g} > {TOLERANCE:g}); {args.output} not written"
             )
-    save_program(result.program, args.output)
-    if args.report:
-        _write_text(args.report, json.dumps(report.to_dict(), indent=2) + "\n")
+    # the report is staged first, so a failure leaves neither OUT nor the report written
+    staged = (
+        _staged_text(args.report, json.dumps(report.to_dict(), indent=2) + "\n")
+        if args.report
+        else None
+    )
+    try:
+        save_program(result.program, args.output)
+        if staged is not None:
+            os.replace(staged, args.report)
+    finally:
+        if staged is not None and os.path.exists(staged):
+            os.unlink(staged)
     out.print(f"wrote {args.output}" + (f" and {args.report}" if args.report else ""))
     return 0

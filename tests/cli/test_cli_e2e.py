@@ -233,3 +233,16 @@ def test_out_is_a_directory(files, tmp_path: Path) -> None:
 def test_usage_error_exits_2(files) -> None:
     _error(gf("apply", files["plain.pt2"]), "-o", code=2)
     _error(gf("frobnicate"), "invalid choice", code=2)
+
+
+@pytest.mark.parametrize("which", ["report", "output"])
+def test_apply_checks_every_output_folder_first(files, tmp_path: Path, which: str) -> None:
+    """A missing folder for OUT or the report fails at once, one line, and writes nothing."""
+    out, report = tmp_path / "fused.pt2", tmp_path / "r.json"
+    if which == "report":
+        report = tmp_path / "nodir" / "r.json"
+    else:
+        out = tmp_path / "nodir" / "fused.pt2"
+    res = gf("apply", files["attn.pt2"], "-o", out, "--json", report)
+    _error(res, "does not exist", "nodir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
