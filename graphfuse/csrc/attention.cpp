@@ -115,11 +115,8 @@ Prepared prepare(const char* op, const at::Tensor& q, const at::Tensor& k, const
   TORCH_CHECK(p.Hkv > 0 && p.Hq % p.Hkv == 0, op, ": Hq=", p.Hq,
               " must be a multiple of Hkv=", p.Hkv);
   const double sm = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(p.D));
-  // FP8 tiles hold value * 2^-8 (attention_simd.h): fold the exact 2^8 back into the scales.
-  auto shift = [](const Operand& o) { return o.kind == InKind::E4M3 ? kE4M3Shift : 1.0f; };
-  p.qk_log2 = sc[0] * sc[1] * static_cast<float>(sm) * 1.4426950408889634f * shift(p.q) *
-              shift(p.k);
-  p.v_scale = sc[2] * shift(p.v);
+  p.qk_log2 = sc[0] * sc[1] * static_cast<float>(sm) * 1.4426950408889634f;
+  p.v_scale = sc[2];
 
   if (causal == "none") {
     p.causal = Causal::None;

@@ -24,12 +24,12 @@ namespace graphfuse {
 namespace attn {
 namespace {
 
+using formats::round_up;
+
 constexpr int64_t kBlockK = 64;  // keys per K/V block
 constexpr int64_t kRows = 64;    // target rows (query heads x positions) per task
 constexpr int kMR = 6;           // micro-kernel rows
 constexpr float kLog2e = 1.4426950408889634f;
-
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 template <typename Fn>
 void dispatch_rows(int64_t rows, Fn&& fn) {
@@ -165,16 +165,16 @@ void run_task(const Problem& p, Workspace& ws, int64_t b, int64_t hk, int64_t i0
       dispatch_rows(R, [&](auto mr) {
         constexpr int kR = decltype(mr)::value < 4 ? decltype(mr)::value : 4;
         with_kind(p.k.kind, [&](auto kind) {
-          qk_rows_src<kR, decltype(kind)::value>(Q, Dp, kbase + j0 * krow, krow, D, n, S,
-                                                 kBlockK);
+          qk_rows<kR>(Q, Dp, SrcRows<decltype(kind)::value>{kbase + j0 * krow, krow}, D, n, S,
+                      kBlockK);
         });
       });
     } else {
       for (int64_t r0 = 0; r0 < R; r0 += kMR) {
         dispatch_rows(std::min<int64_t>(kMR, R - r0), [&](auto mr) {
           for (int64_t c0 = 0; c0 < n16; c0 += 16)
-            qk_micro<decltype(mr)::value>(Q + r0 * Dp, Dp, ws.kt.data() + c0, kBlockK, D8,
-                                          S + r0 * kBlockK + c0, kBlockK);
+            gemm_micro<decltype(mr)::value>(Q + r0 * Dp, Dp, F32Rows{ws.kt.data(), kBlockK}, c0,
+                                            D8, nullptr, S + r0 * kBlockK + c0, kBlockK);
         });
       }
     }
@@ -188,16 +188,16 @@ void run_task(const Problem& p, Workspace& ws, int64_t b, int64_t hk, int64_t i0
       dispatch_rows(R, [&](auto mr) {
         with_kind(p.v.kind, [&](auto kind) {
           for (int64_t d0 = 0; d0 < D; d0 += 16)
-            pv_micro_src<decltype(mr)::value, decltype(kind)::value>(
-                S, kBlockK, vblk, vrow, d0, n, ws.alpha.data(), O + d0, Dp);
+            gemm_micro<decltype(mr)::value>(S, kBlockK, SrcRows<decltype(kind)::value>{vblk, vrow},
+                                            d0, n, ws.alpha.data(), O + d0, Dp);
         });
       });
     } else {
       for (int64_t r0 = 0; r0 < R; r0 += kMR) {
         dispatch_rows(std::min<int64_t>(kMR, R - r0), [&](auto mr) {
           for (int64_t d0 = 0; d0 < Dp; d0 += 16)
-            pv_micro<decltype(mr)::value>(S + r0 * kBlockK, kBlockK, ws.v.data() + d0, Dp, n,
-                                          ws.alpha.data() + r0, O + r0 * Dp + d0, Dp);
+            gemm_micro<decltype(mr)::value>(S + r0 * kBlockK, kBlockK, F32Rows{ws.v.data(), Dp},
+                                            d0, n, ws.alpha.data() + r0, O + r0 * Dp + d0, Dp);
         });
       }
     }
@@ -209,9 +209,6 @@ void run_task(const Problem& p, Workspace& ws, int64_t b, int64_t hk, int64_t i0
 }  // namespace
 
 void run_attention(const Problem& p) {
-  static const bool simd_ok = e4m3_simd_matches_table();
-  TORCH_CHECK(simd_ok, "graphfuse::attention: the vector e4m3 decode disagrees with "
-              "formats::kE4M3ToFloat on this CPU");
   const int64_t G = p.Hq / p.Hkv;
   const int64_t br = std::min<int64_t>(p.Sq, std::max<int64_t>(1, kRows / G));
   const int64_t nqb = (p.Sq + br - 1) / br;

@@ -1,8 +1,9 @@
 // attention_simd.h: the vectorised building blocks of the CPU fused attention kernel
-// (attention_kernel.cpp): input conversion to fp32 tiles (FP8 through F16C), an 8x8 transpose
-// for K, the Q·Kᵀ and P·V register-blocked micro-kernels (MR rows x 16 columns), and a
-// vector exp2 (the decode-sized variants that read K/V rows directly: attention_direct.h). The output encoders
-// come from quant_simd.h (the quantization ops' inner loops).
+// (attention_kernel.cpp): input conversion to fp32 (16/32-bit loads, the exact e4m3 decoder
+// of quant_simd.h), an 8x8 transpose for K, the K/V row loaders (F32Rows: an fp32 tile,
+// SrcRows<K>: the source rows), the one register-blocked micro-kernel gemm_micro (MR rows x 16
+// columns) that both Q·Kᵀ and P·V run on, and a vector exp2. The decode-sized Q·Kᵀ by row dot
+// products is in attention_direct.h; the output encoders come from quant_simd.h.
 //
 // AVX2 + FMA + F16C intrinsics when the compiler targets them (setup.py passes -mavx2 -mfma
 // -mf16c on x86); plain loops otherwise (same results up to fp32 accumulation order).
@@ -49,88 +50,47 @@ inline float load_one(const void* src, InKind kind, int64_t i) {
   return 0.0f;
 }
 
-// The vector FP8 path decodes e4m3 to value * 2^-8 (kE4M3Shift); the kernel folds 2^8 into
-// the q/k and v scales (an exact power-of-two rescale), so results equal a plain decode.
-constexpr float kE4M3Shift = 256.0f;
-
 #ifdef GRAPHFUSE_ATTN_AVX2
-// 8 e4m3 bytes -> fp32 * 2^-8 through F16C: the e4m3 bits placed in an fp16 (sign, then
-// exponent and mantissa shifted by 7) are exactly the value * 2^-8, subnormals included;
-// codes 0x7F / 0xFF are OR-ed to NaN. e4m3_simd_matches_table() checks this against
-// formats::kE4M3ToFloat for all 256 codes before the kernel first runs.
-inline __m256 e4m3x8_from_u16(__m128i x) {
-  const __m128i mag = _mm_and_si128(x, _mm_set1_epi16(0x7F));
-  const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8),
-                                 _mm_slli_epi16(mag, 7));
-  const __m128i nan = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F));
-  return _mm256_or_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
-}
-
-inline __m256 e4m3x8(const uint8_t* p) {
-  return e4m3x8_from_u16(
-      _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-// 16 e4m3 bytes -> two vectors (same convention as e4m3x8).
-inline void e4m3x16(const uint8_t* p, float* dst) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  _mm256_storeu_ps(dst, e4m3x8_from_u16(_mm_cvtepu8_epi16(b)));
-  _mm256_storeu_ps(dst + 8, e4m3x8_from_u16(_mm_cvtepu8_epi16(_mm_srli_si128(b, 8))));
-}
-
-// 8 consecutive elements of kind K as fp32 (E4M3: value * 2^-8).
+// 8 consecutive elements of kind K as fp32 (quant_simd.h's loaders and exact e4m3 decoder).
 template <InKind K>
 inline __m256 load8(const void* src, int64_t i) {
   if constexpr (K == InKind::F32) {
-    return _mm256_loadu_ps(static_cast<const float*>(src) + i);
+    return simd::load8(static_cast<const float*>(src) + i);
   } else if constexpr (K == InKind::BF16) {
-    const __m128i h = _mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(src) + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return simd::load8(static_cast<const c10::BFloat16*>(src) + i);
   } else if constexpr (K == InKind::F16) {
-    const __m128i h = _mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(src) + i));
-    return _mm256_cvtph_ps(h);
+    return simd::load8(static_cast<const c10::Half*>(src) + i);
   } else {
-    return e4m3x8(static_cast<const uint8_t*>(src) + i);
+    return simd::e4m3_decode8(static_cast<const uint8_t*>(src) + i);
+  }
+}
+
+// 16 consecutive elements of kind K as fp32, from element i.
+template <InKind K>
+inline void load16(const void* src, int64_t i, __m256& lo, __m256& hi) {
+  if constexpr (K == InKind::E4M3) {
+    simd::e4m3_decode16(static_cast<const uint8_t*>(src) + i, lo, hi);
+  } else {
+    lo = load8<K>(src, i);
+    hi = load8<K>(src, i + 8);
   }
 }
 #endif
 
-// True when the vector e4m3 decode equals formats::kE4M3ToFloat bit for bit on all 256 codes
-// (NaN codes: both NaN).
-inline bool e4m3_simd_matches_table() {
-#ifdef GRAPHFUSE_ATTN_AVX2
-  uint8_t codes[256];
-  float out[256];
-  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
-  for (int c = 0; c < 256; c += 16) e4m3x16(codes + c, out + c);
-  for (int c = 0; c < 256; c += 8) {  // the 8-wide path agrees with the 16-wide one
-    const __m256 v = e4m3x8(codes + c);
-    if (_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_loadu_ps(out + c), _CMP_NEQ_UQ)) !=
-        _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
-      return false;
-  }
-  for (int c = 0; c < 256; ++c) {
-    const float t = formats::kE4M3ToFloat[c] / kE4M3Shift;
-    if (t != t ? out[c] == out[c] : formats::float_bits(t) != formats::float_bits(out[c]))
-      return false;
-  }
-#endif
-  return true;
-}
-
-// float(x) for 16/32-bit kinds; x * 2^-8 for E4M3 (the scalar tail keeps the convention).
+// dst[0:n] = float(src[0:n]) for a source of kind K.
 template <InKind K>
 inline void load_row_t(const void* src, int64_t n, float* dst) {
   int64_t i = 0;
 #ifdef GRAPHFUSE_ATTN_AVX2
-  if constexpr (K == InKind::E4M3) {
-    for (; i + 16 <= n; i += 16) e4m3x16(static_cast<const uint8_t*>(src) + i, dst + i);
+  for (; i + 16 <= n; i += 16) {
+    __m256 lo, hi;
+    load16<K>(src, i, lo, hi);
+    _mm256_storeu_ps(dst + i, lo);
+    _mm256_storeu_ps(dst + i + 8, hi);
   }
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<K>(src, i));
 #endif
-  for (; i < n; ++i) dst[i] = load_one(src, K, i) * (K == InKind::E4M3 ? 1.0f / kE4M3Shift : 1.0f);
+  for (; i < n; ++i) dst[i] = load_one(src, K, i);
 }
 
 // Calls fn(std::integral_constant<InKind, kind>()).
@@ -176,7 +136,7 @@ inline void transpose8_store(const __m256 (&r)[8], float* dst, int64_t ldd) {
 template <InKind K>
 inline void load_k_transposed_t(const char* src, int64_t row_bytes, int64_t n, int64_t D,
                                 float* kt, int64_t ldk, float* scratch) {
-  const int64_t d8 = (D + 7) / 8 * 8;
+  const int64_t d8 = formats::round_up(D, 8);
 #ifdef GRAPHFUSE_ATTN_AVX2
   if (D == d8) {
     for (int64_t j0 = 0; j0 < n; j0 += 8) {
@@ -209,74 +169,82 @@ inline void load_k_transposed(const char* src, int64_t row_bytes, InKind kind, i
   });
 }
 
-// S[MR][16] = Q[MR][0:d] · Kt[0:d][16] (Q row-major ldq, Kt row-major ldk, S row-major lds).
-template <int MR>
-inline void qk_micro(const float* __restrict q, int64_t ldq, const float* __restrict kt,
-                     int64_t ldk, int64_t d, float* __restrict s, int64_t lds) {
+// K/V row loaders of the micro-kernels: 16 consecutive fp32 values of row j from column d.
+// F32Rows reads an fp32 tile (ld floats per row); SrcRows<K> reads the source rows (kind K,
+// row_bytes apart) and converts in registers. row16 is the scalar form: a pointer to the 16
+// values (into the tile, or into buf after conversion).
+struct F32Rows {
+  const float* base;
+  int64_t ld;
+#ifdef GRAPHFUSE_ATTN_AVX2
+  void load16(int64_t j, int64_t d, __m256& lo, __m256& hi) const {
+    lo = _mm256_loadu_ps(base + j * ld + d);
+    hi = _mm256_loadu_ps(base + j * ld + d + 8);
+  }
+#endif
+  const float* row16(int64_t j, int64_t d, float*) const { return base + j * ld + d; }
+};
+
+template <InKind K>
+struct SrcRows {
+  const char* base;
+  int64_t row_bytes;
+#ifdef GRAPHFUSE_ATTN_AVX2
+  void load16(int64_t j, int64_t d, __m256& lo, __m256& hi) const {
+    attn::load16<K>(base + j * row_bytes, d, lo, hi);
+  }
+#endif
+  const float* row16(int64_t j, int64_t d, float* buf) const {
+    load_row_t<K>(base + j * row_bytes + d * elem_size(K), 16, buf);
+    return buf;
+  }
+};
+
+// The register-blocked micro-kernel of both products: C[MR][16] = C * alpha[r] (0 when alpha
+// is null) + A[MR][0:n] · B[0:n][d0:d0+16], B's rows read through the loader `b`.
+//   Q·Kᵀ: A = Q, B = the transposed fp32 K tile (F32Rows), alpha null;
+//   P·V:  A = P, B = V as an fp32 tile (F32Rows) or its source rows (SrcRows<K>).
+template <int MR, typename Rows>
+inline void gemm_micro(const float* __restrict a, int64_t lda, const Rows& b, int64_t d0,
+                       int64_t n, const float* __restrict alpha, float* __restrict c,
+                       int64_t ldc) {
 #ifdef GRAPHFUSE_ATTN_AVX2
   __m256 acc[MR][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < d; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(kt + k * ldk);
-    const __m256 b1 = _mm256_loadu_ps(kt + k * ldk + 8);
+  if (alpha) {
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const __m256 a = _mm256_broadcast_ss(q + r * ldq + k);
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+      const __m256 s = _mm256_broadcast_ss(alpha + r);
+      acc[r][0] = _mm256_mul_ps(s, _mm256_loadu_ps(c + r * ldc));
+      acc[r][1] = _mm256_mul_ps(s, _mm256_loadu_ps(c + r * ldc + 8));
     }
-  }
+  } else {
 #pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(s + r * lds, acc[r][0]);
-    _mm256_storeu_ps(s + r * lds + 8, acc[r][1]);
-  }
-#else
-  for (int r = 0; r < MR; ++r)
-    for (int c = 0; c < 16; ++c) {
-      float a = 0.0f;
-      for (int64_t k = 0; k < d; ++k) a += q[r * ldq + k] * kt[k * ldk + c];
-      s[r * lds + c] = a;
-    }
-#endif
-}
-
-// O[MR][16] = O[MR][16] * alpha[r] + P[MR][0:n] · V[0:n][16].
-template <int MR>
-inline void pv_micro(const float* __restrict p, int64_t ldp, const float* __restrict v,
-                     int64_t ldv, int64_t n, const float* __restrict alpha, float* __restrict o,
-                     int64_t ldo) {
-#ifdef GRAPHFUSE_ATTN_AVX2
-  __m256 acc[MR][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    const __m256 a = _mm256_broadcast_ss(alpha + r);
-    acc[r][0] = _mm256_mul_ps(a, _mm256_loadu_ps(o + r * ldo));
-    acc[r][1] = _mm256_mul_ps(a, _mm256_loadu_ps(o + r * ldo + 8));
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   }
   for (int64_t j = 0; j < n; ++j) {
-    const __m256 b0 = _mm256_loadu_ps(v + j * ldv);
-    const __m256 b1 = _mm256_loadu_ps(v + j * ldv + 8);
+    __m256 b0, b1;
+    b.load16(j, d0, b0, b1);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const __m256 a = _mm256_broadcast_ss(p + r * ldp + j);
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + j);
+      acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(o + r * ldo, acc[r][0]);
-    _mm256_storeu_ps(o + r * ldo + 8, acc[r][1]);
+    _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+    _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
   }
 #else
   for (int r = 0; r < MR; ++r)
-    for (int c = 0; c < 16; ++c) {
-      float a = o[r * ldo + c] * alpha[r];
-      for (int64_t j = 0; j < n; ++j) a += p[r * ldp + j] * v[j * ldv + c];
-      o[r * ldo + c] = a;
-    }
+    for (int k = 0; k < 16; ++k) c[r * ldc + k] = alpha ? c[r * ldc + k] * alpha[r] : 0.0f;
+  float buf[16];
+  for (int64_t j = 0; j < n; ++j) {
+    const float* row = b.row16(j, d0, buf);
+    for (int r = 0; r < MR; ++r)
+      for (int k = 0; k < 16; ++k) c[r * ldc + k] += a[r * lda + j] * row[k];
+  }
 #endif
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "formats.h"
+#include "quant_simd.h"
 
 namespace {
 
@@ -25,14 +26,7 @@ constexpr int64_t kChunk = 64;
 
 enum class OutKind { kWide, kFp8, kNvfp4 };
 
-template <typename T>
-inline float to_f(T v) {
-  return static_cast<float>(v);
-}
-template <>
-inline float to_f<c10::Float8_e4m3fn>(c10::Float8_e4m3fn v) {
-  return fm::e4m3_to_float(v.x);
-}
+using graphfuse::simd::to_float;
 
 float read_scale(const c10::optional<at::Tensor>& s) {
   return s.has_value() ? s->to(at::kFloat).reshape({}).item<float>() : 1.0f;
@@ -132,7 +126,7 @@ void run(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& bt,
       const int64_t b = w / hkv, h = w % hkv;
       for (int64_t gi = 0; gi < g; ++gi) {
         const TQ* row = qp + (b * hq + h * g + gi) * d;
-        for (int64_t i = 0; i < d; ++i) qf[gi * d + i] = to_f(row[i]) * qk_mul;
+        for (int64_t i = 0; i < d; ++i) qf[gi * d + i] = to_float(row[i]) * qk_mul;
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
@@ -143,7 +137,7 @@ void run(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& bt,
         for (int64_t t = 0; t < n; ++t) {
           const int64_t tok = t0 + t;
           const TKV* kr = kvp + btp[b * mb + tok / bs] * s_blk + (tok % bs) * s_tok + h * d;
-          for (int64_t i = 0; i < d; ++i) kf[i] = to_f(kr[i]);
+          for (int64_t i = 0; i < d; ++i) kf[i] = to_float(kr[i]);
           for (int64_t gi = 0; gi < g; ++gi) {
             float dot = 0.0f;
             const float* qr = qf.data() + gi * d;
@@ -170,7 +164,7 @@ void run(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& bt,
           const int64_t tok = t0 + t;
           const TKV* vr =
               kvp + btp[b * mb + tok / bs] * s_blk + s_kv + (tok % bs) * s_tok + h * d;
-          for (int64_t i = 0; i < d; ++i) vf[i] = to_f(vr[i]);
+          for (int64_t i = 0; i < d; ++i) vf[i] = to_float(vr[i]);
           for (int64_t gi = 0; gi < g; ++gi) {
             const float p = s[gi * kChunk + t];
             float* ar = acc.data() + gi * d;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Half.h>
 
 #include <cstdint>
@@ -31,6 +32,7 @@ template <typename T>
 inline float to_float(T v) {
   return static_cast<float>(v);
 }
+inline float to_float(c10::Float8_e4m3fn v) { return e4m3_to_float(v.x); }
 
 #ifdef GRAPHFUSE_AVX2
 
@@ -138,14 +140,37 @@ inline void stream8(O* p, __m256 v) {
   _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm_load_si128(reinterpret_cast<__m128i*>(tmp)));
 }
 
-// 8 lanes of formats::e4m3_to_float (bytes in the low 8 bits of int32 lanes).
-inline __m256 e4m3_decode8(__m256i b) {
-  const __m256i a = _mm256_and_si256(b, splat(0x7F));
-  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(a, 20), splat(120 << 23));
-  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(1.0f / 512.0f));
-  __m256i r = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(splat(8), a));
-  r = _mm256_blendv_epi8(r, splat(0x7FC00000), _mm256_cmpeq_epi32(a, splat(0x7F)));
-  return _mm256_castsi256_ps(_mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(b, splat(0x80)), 24)));
+// formats::e4m3_to_float, vectorised and bit-exact (the one e4m3 decoder of the CPU kernels;
+// the attention kernel reads FP8 K/V through it too). The e4m3 bits placed in an fp16 (sign,
+// then exponent and mantissa shifted left by 7) are exactly value * 2^-8, subnormals and -0
+// included; F16C widens them exactly and * 2^8 is exact in fp32. NaN codes (0x7F / 0xFF)
+// become the fp16 quiet NaN 0x7E00 | sign, i.e. the table's ±quiet NaN (0x7FC00000 | sign).
+// e4m3 codes in 16-bit lanes -> the fp16 bit patterns of value * 2^-8.
+inline __m256i e4m3_half_bits(__m256i x) {
+  const __m256i mag = _mm256_and_si256(x, _mm256_set1_epi16(0x7F));
+  const __m256i nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
+  const __m256i h = _mm256_or_si256(_mm256_andnot_si256(nan, _mm256_slli_epi16(mag, 7)),
+                                    _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
+  return _mm256_or_si256(h, _mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x80)), 8));
+}
+
+inline __m256 half_bits_to_e4m3_value(__m128i h) {
+  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+
+// 8 e4m3 bytes at p -> 8 floats.
+inline __m256 e4m3_decode8(const uint8_t* p) {
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return half_bits_to_e4m3_value(
+      _mm256_castsi256_si128(e4m3_half_bits(_mm256_castsi128_si256(b))));
+}
+
+// 16 e4m3 bytes at p -> bytes 0..7 in lo, 8..15 in hi.
+inline void e4m3_decode16(const uint8_t* p, __m256& lo, __m256& hi) {
+  const __m256i h = e4m3_half_bits(
+      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  lo = half_bits_to_e4m3_value(_mm256_castsi256_si128(h));
+  hi = half_bits_to_e4m3_value(_mm256_extracti128_si256(h, 1));
 }
 
 // 8 e2m1 values from 4 packed bytes (element 2j: low nibble of byte j).
@@ -208,14 +233,11 @@ inline void fp8_decode_span(const uint8_t* p, O* out, int64_t n, float scale) {
   int64_t i = 0;
 #ifdef GRAPHFUSE_AVX2
   const __m256 s = _mm256_set1_ps(scale);
-  const auto load = [&](int64_t j) {
-    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j)));
-  };
   if (reinterpret_cast<uintptr_t>(out) % (8 * sizeof(O)) == 0) {  // output bypasses the cache
-    for (; i + 8 <= n; i += 8) stream8(out + i, _mm256_mul_ps(e4m3_decode8(load(i)), s));
+    for (; i + 8 <= n; i += 8) stream8(out + i, _mm256_mul_ps(e4m3_decode8(p + i), s));
     _mm_sfence();
   }
-  for (; i + 8 <= n; i += 8) store8(out + i, _mm256_mul_ps(e4m3_decode8(load(i)), s));
+  for (; i + 8 <= n; i += 8) store8(out + i, _mm256_mul_ps(e4m3_decode8(p + i), s));
 #endif
   for (; i < n; ++i) out[i] = static_cast<O>(e4m3_to_float(p[i]) * scale);
 }
