@@ -81,10 +81,37 @@ def _explain_load_failure(path: str, exc: BaseException) -> GraphfuseError:
     )
 
 
+@contextlib.contextmanager
+def _on_path(folder: str):
+    """``folder`` first on ``sys.path`` within the block (unless it is there already)."""
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
+def _import_one(name: str) -> None:
+    """Import a module by name (the current folder searched too) or a ``.py`` file by path."""
+    if name.endswith(".py") or os.sep in name:
+        path = os.path.abspath(name)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no file {name}")
+        module_name = os.path.splitext(os.path.basename(path))[0]
+        with _on_path(os.path.dirname(path)):
+            importlib.import_module(module_name)
+        return
+    with _on_path(os.getcwd()):
+        importlib.import_module(name)
+
+
 def _import_all(imports: Sequence[str]) -> None:
     for name in imports:
         try:
-            importlib.import_module(name)
+            _import_one(name)
         except (Exception, SystemExit) as e:  # a user module may raise anything at import
             raise ProgramLoadError(
                 f"cannot import module {name!r} (given with --import): "

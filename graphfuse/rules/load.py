@@ -42,8 +42,12 @@ def _load_file(path: str) -> RuleSet:
     if spec is None or spec.loader is None:
         raise PatternLoadError(f"rule file {path} is not a Python file")
     module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(os.path.abspath(path))
+    added = folder not in sys.path  # a rule file may import modules next to it
     try:
         sys.modules[name] = module
+        if added:
+            sys.path.insert(0, folder)
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         sys.modules.pop(name, None)
@@ -59,6 +63,9 @@ def _load_file(path: str) -> RuleSet:
         raise PatternLoadError(
             f"rule file {path} raised {type(exc).__name__} at import{at}: {msg}"
         ) from None
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
     return _rule_set_in(module, f"rule file {path}")
 
 

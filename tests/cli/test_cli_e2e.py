@@ -246,3 +246,18 @@ def test_apply_checks_every_output_folder_first(files, tmp_path: Path, which: st
     res = gf("apply", files["attn.pt2"], "-o", out, "--json", report)
     _error(res, "does not exist", "nodir")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_import_by_path_and_rule_file_neighbours(files, tmp_path: Path) -> None:
+    """``--import ./mod.py`` imports a file; ``--import mod`` finds it in the current folder;
+    a rule file imports a module that sits next to it."""
+    (tmp_path / "side_mod.py").write_text("MARK = 1\n")
+    (tmp_path / "near_rules.py").write_text(
+        "import graphfuse, side_mod\nRULES = graphfuse.load_patterns('trtllm')\n"
+    )
+    for how in ("./side_mod.py", "side_mod"):
+        res = gf("inspect", files["attn.pt2"], "--import", how, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+    res = gf("explain", files["attn.pt2"], "-p", tmp_path / "near_rules.py")
+    assert res.returncode == 0, res.stderr
+    _error(gf("inspect", files["attn.pt2"], "--import", "./no_such.py", cwd=tmp_path), "no_such")
