@@ -106,56 +106,6 @@ def check_scale(op: str, name: str, s: torch.Tensor, device: torch.device) -> No
 
 
 @triton.jit
-def store_attention_out(
-    o,
-    row_off,
-    row_ok,
-    out_ptr,
-    oscale_ptr,
-    sf_ptr,
-    D,
-    NV_K,
-    NV_KBPAD,
-    OUT_KIND: tl.constexpr,
-    DP: tl.constexpr,
-):
-    """Writes the normalised attention rows ``o`` (fp32 ``[R, DP]``) in the requested format.
-
-    ``row_off`` (int64 ``[R]``) is each row's element offset in the output layout (contiguous
-    along D). OUT_KIND 0: ``out_ptr``'s dtype; 1: FP8 with dequant scale ``oscale_ptr``;
-    2: NVFP4 with encode global scale ``oscale_ptr``, the layout viewed as ``[M, NV_K]``,
-    packed bytes to ``out_ptr`` and swizzled scale bytes (uint8) to ``sf_ptr``.
-    """
-    offs_d = tl.arange(0, DP)
-    if OUT_KIND == 0:
-        mask = row_ok[:, None] & (offs_d[None, :] < D)
-        tl.store(
-            out_ptr + row_off[:, None] + offs_d[None, :], o.to(out_ptr.dtype.element_ty), mask=mask
-        )
-    elif OUT_KIND == 1:
-        so = tl.load(oscale_ptr).to(tl.float32)
-        inv = tl.math.div_rn(tl.full([], 1.0, tl.float32), so)
-        mask = row_ok[:, None] & (offs_d[None, :] < D)
-        tl.store(out_ptr + row_off[:, None] + offs_d[None, :], e4m3_sat(o * inv), mask=mask)
-    else:
-        g = tl.load(oscale_ptr).to(tl.float32)
-        packed, sbits = nvfp4_encode_blocks(o, g, DP // 16)
-        row = row_off // NV_K
-        c0 = row_off % NV_K
-        offs_j = tl.arange(0, DP // 2)
-        pmask = row_ok[:, None] & (offs_j[None, :] < D // 2)
-        tl.store(
-            out_ptr + row[:, None] * (NV_K // 2) + (c0 // 2)[:, None] + offs_j[None, :],
-            packed,
-            mask=pmask,
-        )
-        offs_b = tl.arange(0, DP // 16)
-        smask = row_ok[:, None] & (offs_b[None, :] < D // 16)
-        soff = swizzled_offset(row[:, None], (c0 // 16)[:, None] + offs_b[None, :], NV_KBPAD // 4)
-        tl.store(sf_ptr + soff, sbits, mask=smask)
-
-
-@triton.jit
 def e4m3_hw(v):
     """fp32 -> float8_e4m3fn by the hardware ``cvt.rn.satfinite`` (sm_89+): rne, saturating at
     +-448, NaN kept (as 0x7F) -- bit-identical to ``e4m3_sat`` on the GPU without its clamp."""
@@ -198,58 +148,30 @@ def e2m1_code_fast(v):
     return mag | sign.to(tl.int32)
 
 
-_E2M1X2_ASM = tl.constexpr(
-    """{
-.reg .b32 h, a, t, u, c;
-cvt.rn.f16x2.f32 h, $2, $1;
-and.b32 a, h, 0x7FFF7FFF;
-mov.b32 c, 0x40004000;
-mov.b32 u, 0x66006600;
-fma.rn.f16x2 t, a, c, u;
-mov.b32 c, 0x66026602;
-add.rn.f16x2 u, a, c;
-min.f16x2 t, t, u;
-mov.b32 c, 0x38003800;
-mov.b32 u, 0x66046604;
-fma.rn.f16x2 u, a, c, u;
-min.f16x2 t, t, u;
-mov.b32 c, 0x66076607;
-min.f16x2 t, t, c;
-and.b32 u, h, 0x80008000;
-shr.b32 u, u, 12;
-or.b32 t, t, u;
-shr.b32 u, t, 12;
-lop3.b32 $0, t, u, 0xF, 0xE4;
-}"""
-)
-
-
 @triton.jit
-def e2m1x2_byte_f16(v0, v1):
-    """The NVFP4 byte of the pair (v0 low nibble, v1 high nibble), fp32 ``[...]`` each, by
-    packed-half arithmetic (inline PTX, sm_80+): ``e2m1_code_fast``'s min formula on the
-    pair rounded to fp16 first, 20 instructions for two elements. The fp16 rounding moves an
-    element across an e2m1 rounding tie only within 2**-11 relative of the tie (one step
-    off); the Triton interpreter cannot run it.
+def nvfp4_block_scale(amax, g):
+    """The NVFP4 block scale of docs/numerics.md for block amaxes ``amax`` (fp32, NaN kept) and
+    global scale ``g``, in the epilogue form every attention kernel (Triton and Gluon) uses:
+    returns (the scale as e4m3 ``sf8``, the encode multiplier ``inv``, the scale byte).
+
+    ``sf8 = e4m3(g * amax / 6)`` (``div6_rn``, hardware rne + satfinite); ``inv = g *
+    rsqrt(sf * sf)`` (sf is an e4m3 value, so sf * sf is exact and normal; within about 2 ulp
+    of ``1 / (sf / g)``), 0 for a zero scale and clamped to FLT_MAX (no ``0 * inf``); the
+    byte is 0x7F for a NaN block. Elementwise only, so Gluon kernels call it too.
     """
-    return tl.inline_asm_elementwise(
-        _E2M1X2_ASM, "=r,r,r", [v0, v1], dtype=tl.int32, is_pure=True, pack=1
-    )
+    sf8 = e4m3_hw(g * div6_rn(amax))
+    sf = sf8.to(tl.float32)
+    inv = g * tl.math.rsqrt(sf * sf)
+    inv = tl.where(sf == 0.0, 0.0, tl.minimum(inv, 3.4028234663852886e38))
+    sbits = tl.where(amax != amax, 0x7F, sf8.to(tl.uint8, bitcast=True)).to(tl.uint8)
+    return inv, sbits
 
 
 @triton.jit
-def nvfp4_encode_acc(
-    acc, row_scale, g, NB: tl.constexpr, EXACT_INV: tl.constexpr, F16_CODES: tl.constexpr = False
-):
+def nvfp4_encode_acc(acc, row_scale, g, NB: tl.constexpr):
     """NVFP4 of the rows ``o = acc * row_scale`` (fp32 ``[R, NB*16]``, ``[R]``, ``row_scale >= 0``):
-    the epilogue form of ``nvfp4_encode_blocks``, about 12 ALU operations per element.
-
-    The NaN-propagating block amax makes a NaN block's scale NaN (written 0x7F); the scale
-    byte is the docs/numerics.md formula's (``div6_rn``, hardware e4m3 saturation); codes come from
-    ``e2m1_code_fast``. ``EXACT_INV`` computes ``inv = 1 / (sf / g)`` with two ``div_rn`` as
-    written, else ``g * rsqrt(sf * sf)`` (within about 2 ulp). ``inv`` is clamped to
-    FLT_MAX (no ``0 * inf``): differs from the formula only when ``1 / (sf / g)`` overflows,
-    i.e. for ``g > 2**119``. ``F16_CODES``: codes by ``e2m1x2_byte_f16`` (approximate).
+    the epilogue form of ``nvfp4_encode_blocks``, about 12 ALU operations per element (block
+    scale by ``nvfp4_block_scale``, codes by ``e2m1_code_fast``).
     Returns (packed ``[R, NB*8]`` uint8, scale bytes ``[R, NB]``).
     """
     R: tl.constexpr = acc.shape[0]
@@ -257,23 +179,11 @@ def nvfp4_encode_acc(
     # block math on [R, NB] with the row scale from the MMA layout: the compiler gives it a
     # compact layout (4 blocks a thread, not 16); fl(max|a| * s) == max fl(|a| * s), s >= 0
     amax = tl.reduce(tl.abs(ab), 2, _max_nan) * row_scale[:, None]
-    sf8 = e4m3_hw(g * div6_rn(amax))
-    sf = sf8.to(tl.float32)
-    if EXACT_INV:
-        one = tl.full(sf.shape, 1.0, tl.float32)
-        inv = tl.math.div_rn(one, tl.math.div_rn(sf, one * g))
-    else:  # sf is an e4m3 value: sf * sf is exact and normal, rsqrt is one MUFU op
-        inv = g * tl.math.rsqrt(sf * sf)
-    inv = tl.where(sf == 0.0, 0.0, tl.minimum(inv, 3.4028234663852886e38))
+    inv, sbits = nvfp4_block_scale(amax, g)
     # one multiply per element: (acc * row_scale) * inv as acc * (row_scale * inv), <= 1 ulp
     v = ab * (inv * row_scale[:, None])[:, :, None]
-    if F16_CODES:
-        v0, v1 = tl.split(tl.reshape(v, (R, NB * 8, 2)))
-        packed = e2m1x2_byte_f16(v0, v1).to(tl.uint8)
-    else:
-        lo, hi = tl.split(tl.reshape(e2m1_code_fast(v), (R, NB * 8, 2)))
-        packed = (lo | (hi << 4)).to(tl.uint8)
-    sbits = tl.where(amax != amax, 0x7F, sf8.to(tl.uint8, bitcast=True)).to(tl.uint8)
+    lo, hi = tl.split(tl.reshape(e2m1_code_fast(v), (R, NB * 8, 2)))
+    packed = (lo | (hi << 4)).to(tl.uint8)
     return packed, sbits
 
 
@@ -293,17 +203,16 @@ def store_attention_acc(
     NV_KBPAD,
     OUT_KIND: tl.constexpr,
     DP: tl.constexpr,
-    EXACT_INV: tl.constexpr = True,
-    F16_CODES: tl.constexpr = False,
 ):
     """Writes the attention rows ``acc * row_scale`` (fp32 ``[R, DP]``, ``[R]``) in the requested
-    format; the cheaper form of ``store_attention_out`` (one multiply per element, hardware
-    e4m3 saturation, ``nvfp4_encode_acc``, no 64-bit division for the NVFP4 row).
+    format: the one epilogue of the Triton prefill and decode kernels (one multiply per
+    element, hardware e4m3 saturation, ``nvfp4_encode_acc``, no 64-bit division).
 
-    ``out_off`` (int64 ``[R]``): each row's element offset in the output layout (OUT_KIND 0
-    and 1); ``nv_row`` / ``nv_col`` (``[R]``): each row's row and first column in the 2-D
-    ``[M, NV_K]`` view (OUT_KIND 2); ``EXACT_INV`` / ``F16_CODES`` as in ``nvfp4_encode_acc``.
-    Other arguments as in ``store_attention_out``.
+    OUT_KIND 0: ``out_ptr``'s dtype; 1: FP8 with dequant scale ``oscale_ptr``; 2: NVFP4 with
+    encode global scale ``oscale_ptr``, packed bytes to ``out_ptr`` and swizzled scale bytes
+    (uint8) to ``sf_ptr``. ``out_off`` (int64 ``[R]``): each row's element offset in the
+    output layout (OUT_KIND 0 and 1, contiguous along D); ``nv_row`` / ``nv_col`` (``[R]``):
+    each row's row and first column in the 2-D ``[M, NV_K]`` view (OUT_KIND 2).
     """
     offs_d = tl.arange(0, DP)
     if OUT_KIND == 0:
@@ -320,7 +229,7 @@ def store_attention_acc(
         tl.store(out_ptr + out_off[:, None] + offs_d[None, :], e4m3_hw(o), mask=mask)
     else:
         g = tl.load(oscale_ptr).to(tl.float32)
-        packed, sbits = nvfp4_encode_acc(acc, row_scale, g, DP // 16, EXACT_INV, F16_CODES)
+        packed, sbits = nvfp4_encode_acc(acc, row_scale, g, DP // 16)
         nv_row = nv_row.to(tl.int64)
         offs_j = tl.arange(0, DP // 2)
         pmask = row_ok[:, None] & (offs_j[None, :] < D // 2)

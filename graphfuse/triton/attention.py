@@ -6,12 +6,16 @@ FP8 q and k multiply on the FP8 tensor cores (K tile loaded as ``[D, N]``: K-maj
 wgmma wants). P·V: ``precision="default"`` rounds P to fp16 (bf16 for bf16 v) and upcasts an
 FP8 V tile in registers (e4m3 -> fp16 is exact); ``"fast"`` with FP8 v rounds ``256 * P`` to
 e4m3 and multiplies on the FP8 tensor cores, which read V K-major: a V stored ``[.., S, D]``
-is copied K-major once per call first (knob ``VT``, ``transpose.k_major``). Causal masks split
+is copied K-major once per call first (``transpose.k_major``). Causal masks split
 the key loop into unmasked tiles and the diagonal tiles, which alone pay for the mask.
 16-bit prefill calls that ``attention_config.ws_eligible`` accepts run the warp-specialised
-Gluon kernel of ``attention_ws.py`` instead on sm_90 devices (knob ``WS``).
-Variants (lazy rescaling, row sums on the tensor cores, block order, epilogue form, ...) are
-constexpr knobs; ``attention_config.default_config`` chooses all of them.
+Gluon kernel of ``attention_ws.py`` instead on sm_90 devices (the rule is written down
+above ``attention_config.TILE_KNOBS``).
+One design ships: FlashAttention-2 rescaling on every key tile, row sums of the exact P,
+query row blocks launched heaviest-causal-first (grid ``(B*H, M blocks)``), and the
+``store_attention_acc`` epilogue; ``attention_config.default_config`` chooses only the tile
+shape (a table per dtype / head dim). The variants that lost on the H200 (LAZY, FAST_L, L_MMA,
+REV_M, EPI 0/1/3, V16) were removed on 2026-12-04; docs/gpu.md keeps their measurements.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import TL_DTYPE, store_attention_acc, store_attention_out, zero_scale_padding
+from ._common import TL_DTYPE, store_attention_acc, zero_scale_padding
 from .attention_config import (
+    TILE_KNOBS,
     default_config,
     dot_dtypes,
     mask_args,
@@ -65,16 +70,7 @@ def _tile(
     FAST: tl.constexpr,
     EVEN_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    LAZY: tl.constexpr,
-    FAST_L: tl.constexpr,
-    L_MMA: tl.constexpr,
 ):
-    # FAST: 2**POFF * P in e4m3 (P <= 2**LAZY with a stale max: the product stays <= 256)
-    POFF: tl.constexpr = 8.0 - LAZY
-    # L_MMA: l_i is [BLOCK_M, 16], the row sums of the rounded P by the tensor cores
-    # (fast mode: e4m3 P upcast to fp16, exact; a 16-bit constant tile stays in shared memory)
-    LDT: tl.constexpr = tl.float16 if FAST else PV_DT
-    ones = tl.full([BLOCK_N, 16], 1.0, tl.float32).to(LDT)
     for start_n in tl.range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         if BOUNDS or not EVEN_D:
@@ -108,43 +104,16 @@ def _tile(
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
             qk = tl.where(keep, qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1) * sc)
-        if LAZY > 0:
-            # lazy rescale: the reference max moves only when some row's max grows by more
-            # than 2**LAZY; the CTA-uniform branch skips the accumulator multiply otherwise
-            grow = m_new > m_i + LAZY
-            if tl.max(grow.to(tl.int32), 0) > 0:
-                alpha = tl.where(grow, tl.math.exp2(m_i - m_new), 1.0)
-                acc = acc * alpha[:, None]
-                if L_MMA:
-                    l_i = l_i * alpha[:, None]
-                else:
-                    l_i = l_i * alpha
-                m_i = tl.where(grow, m_new, m_i)
-            m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
-        else:
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        if FAST:  # 2**POFF * P (e4m3 keeps small probabilities normal), folded into exp2
-            p = tl.math.exp2(qk * sc - (m_use - POFF)[:, None])
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if FAST:  # 256 * P (e4m3 keeps small probabilities normal), folded into exp2
+            p = tl.math.exp2(qk * sc - (m_use - 8.0)[:, None])
             p8 = p.to(tl.float8e4nv)
-            if FAST_L:  # the row sum of the rounded P: numerator and denominator agree
-                l_tile = tl.sum(p8.to(tl.float32), 1)
-            else:
-                l_tile = tl.sum(p, 1)
         else:
             p = tl.math.exp2(qk * sc - m_use[:, None])
-            l_tile = tl.sum(p, 1)
-        if LAZY == 0:
-            alpha = tl.math.exp2(m_i - m_use)
-            if L_MMA:
-                l_i = l_i * alpha[:, None]
-            else:
-                l_i = l_i * alpha + l_tile
-            acc = acc * alpha[:, None]
-            m_i = m_new
-        elif not L_MMA:
-            l_i = l_i + l_tile
-        if L_MMA:
-            l_i = tl.dot(p8.to(LDT) if FAST else p.to(LDT), ones, l_i)
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        m_i = m_new
         if BOUNDS or not EVEN_D:
             vmask = (cols[:, None] < SKV) & (offs_d[None, :] < D)
             v = tl.load(v_ptrs + start_n * svs, mask=vmask, other=0.0)
@@ -216,21 +185,10 @@ def _attn_fwd(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DP: tl.constexpr,
-    LAZY: tl.constexpr = 0.0,
-    FAST_L: tl.constexpr = False,
-    REV_M: tl.constexpr = 0,
-    EPI: tl.constexpr = 0,
-    L_MMA: tl.constexpr = False,
 ):
-    if REV_M == 2:  # grid (B*H, M blocks): every head's heaviest causal block first
-        pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
-        pid_bh = tl.program_id(0)
-    elif REV_M == 1:  # heaviest causal block of each head first
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-        pid_bh = tl.program_id(1)
-    else:
-        pid_m = tl.program_id(0)
-        pid_bh = tl.program_id(1)
+    # grid (B*H, M blocks), row blocks in reverse: every head's heaviest causal block first
+    pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    pid_bh = tl.program_id(0)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     hk = h // G
@@ -250,10 +208,7 @@ def _attn_fwd(
     v_ptrs = V + b * svb + hk * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
     mask_ptrs = MASK + b * smb + h * smh + offs_m[:, None] * sms + offs_n[None, :] * smn
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    if L_MMA:
-        l_i = tl.zeros([BLOCK_M, 16], tl.float32)
-    else:
-        l_i = tl.zeros([BLOCK_M], tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
     start_m = pid_m * BLOCK_M
     if CAUSAL:
@@ -299,41 +254,18 @@ def _attn_fwd(
             FAST,
             EVEN_D,
             BLOCK_N,
-            LAZY,
-            FAST_L,
-            L_MMA,
         )
-    if L_MMA:
-        l_i = tl.max(l_i, 1)  # 16 equal columns
     o_scale = tl.full([], 1.0, tl.float32)
     if HAS_VS:
         o_scale = tl.load(VS).to(tl.float32)
     inv_l = tl.where(l_i > 0.0, o_scale / l_i, 0.0)
     row_off = b * sob + h * soh + offs_m.to(tl.int64) * sos
-    if EPI == 0:
-        o = acc * inv_l[:, None]
-        store_attention_out(o, row_off, offs_m < SQ, OUT, OSC, SF, D, NV_K, NV_KBPAD, OUT_KIND, DP)
-    else:  # 1: exact NVFP4 scale arithmetic, 2: approximate 1 / (sf / g), 3: and f16 codes
-        nv_row = b * nmb + h * nmh + offs_m.to(tl.int64) * nms
-        nv_col = h * nch + tl.zeros([BLOCK_M], tl.int64)
-        store_attention_acc(
-            acc,
-            inv_l,
-            row_off,
-            nv_row,
-            nv_col,
-            offs_m < SQ,
-            OUT,
-            OSC,
-            SF,
-            D,
-            NV_K,
-            NV_KBPAD,
-            OUT_KIND,
-            DP,
-            EPI == 1,
-            EPI == 3,
-        )
+    nv_row = b * nmb + h * nmh + offs_m.to(tl.int64) * nms
+    nv_col = h * nch + tl.zeros([BLOCK_M], tl.int64)
+    store_attention_acc(
+        acc, inv_l, row_off, nv_row, nv_col, offs_m < SQ, OUT, OSC, SF,
+        D, NV_K, NV_KBPAD, OUT_KIND, DP,
+    )  # fmt: skip
 
 
 @functools.cache
@@ -383,12 +315,11 @@ def attention_into(
     qk_dt, pv_dt, fast = dot_dtypes(q, k, v, precision)
     dp = max(16, triton.next_power_of_2(d))
     mask_kind, mask, mstr = mask_args(attn_mask, b, h, sq, skv, q)
-    cfg = default_config(qk_dt, dp, sq, fast=fast, out_kind=out_kind, mask_kind=mask_kind)
+    cfg = default_config(qk_dt, dp, sq, out_kind=out_kind, mask_kind=mask_kind)
     cfg.update(config or {})
-    ws, ws8 = cfg.pop("WS"), cfg.pop("WS8")
     if (
-        ws
-        and ws_eligible(q, k, v, attn_mask, out, out_kind, precision, ws8)
+        cfg.pop("WS")
+        and ws_eligible(q, k, v, attn_mask, out, out_kind, precision, True)
         and _gluon_hopper(q.device)
     ):
         from .attention_ws import attention_ws_into
@@ -397,22 +328,11 @@ def attention_into(
             q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale, sf
         )
         return
-    if cfg.pop("VT") and v.dtype == torch.float8_e4m3fn and sq > 16 and v.stride(-2) != 1:
-        v = k_major(v)  # K-major FP8 V (see VT)
-    if cfg.pop("V16") and v.dtype == torch.float8_e4m3fn and not fast:
-        v = v.to(torch.float16)  # exact; keeps v's strides
-        pv_dt = torch.float16
-    if not fast:
-        cfg["FAST_L"] = False
-    elif cfg["FAST_L"] or cfg["L_MMA"]:
-        raise ValueError(
-            "fast mode with FAST_L / L_MMA is not available: on the H200 (2026-12-03) it gave "
-            "outputs 28-97x the default fast mode's RMSE (the Triton interpreter passed it)"
-        )
-    if pv_dt == torch.float32 and not fast:
-        cfg["L_MMA"] = False
-    if fast and cfg["LAZY"] > 8:
-        raise ValueError(f"fast mode needs LAZY <= 8 (2**LAZY * 2**(8-LAZY) <= 448), got {cfg}")
+    if fast and v.dtype == torch.float8_e4m3fn and sq > 16 and v.stride(-2) != 1:
+        v = k_major(v)  # K-major FP8 V for the FP8 P·V (attention_config's comment)
+    unknown = set(cfg) - set(TILE_KNOBS)
+    if unknown:
+        raise ValueError(f"unknown prefill config keys {sorted(unknown)}: knobs are {TILE_KNOBS}")
     sob, soh, sos = out_strides(layout, b, h, sq, d)
     nmb, nmh, nms, nch = nvfp4_row_strides(layout, h, sq, d)
     nv_k, nv_kbpad = d, 4
@@ -423,7 +343,7 @@ def attention_into(
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     causal_off = 0 if causal != "bottom_right" else skv - sq
     nm = triton.cdiv(sq, cfg["BLOCK_M"])
-    grid = (b * h, nm) if cfg["REV_M"] == 2 else (nm, b * h)
+    grid = (b * h, nm)
     _attn_fwd[grid](
         q,
         k,

@@ -80,10 +80,10 @@ def ws_eligible(
     q, k, v, attn_mask, out, out_kind: int, precision: str, fp8_inputs: bool = False
 ) -> bool:
     """Whether the warp-specialised Hopper kernel (``attention_ws.py``) serves this call:
-    q / k / v all 16-bit of one type, or (``fp8_inputs``, knob ``WS8``) all FP8 in the
-    default precision (16-bit P·V); dequant scales allowed; no mask; D of 64 or 128; Sq and
-    Skv multiples of 128; each operand addressable as one 2-D TMA view (``rows_view``); wide,
-    FP8 or NVFP4 output. The device check (sm_90) is the launcher's."""
+    q / k / v all 16-bit of one type, or (``fp8_inputs``: the launcher always passes True)
+    all FP8 in the default precision (16-bit P·V); dequant scales allowed; no mask; D of 64
+    or 128; Sq and Skv multiples of 128; each operand addressable as one 2-D TMA view
+    (``rows_view``); wide, FP8 or NVFP4 output. The device check (sm_90) is the launcher's."""
     fp8 = torch.float8_e4m3fn
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.bfloat16, torch.float16, fp8):
         return False
@@ -101,33 +101,35 @@ def ws_eligible(
     return all(rows_view(t) is not None for t in ((q, k) if v.dtype == fp8 else (q, k, v)))
 
 
-# Knobs of the prefill kernel (``_attn_fwd`` constexprs and launch options) with what they
-# do; ``default_config`` is the one place their defaults are chosen.
-#   BLOCK_M, BLOCK_N, num_warps, num_stages: tile shape and pipelining
-#   LAZY: 0 rescales the accumulator on every key tile (FlashAttention-2); t > 0 moves a row's
-#         reference max only when it grows by more than 2**t (P <= 2**t, exact after the final
-#         division) behind a CTA-uniform branch, so most tiles skip the accumulator multiply.
-#         Fast mode allows t <= 8 but loses accuracy (the row max's P is no longer exactly
-#         2**(8-t) in e4m3; interpreter: RMSE ratio up to +0.09 on masked cases)
-#   FAST_L: fast mode: the row sum taken over the e4m3-rounded P instead of the exact P
-#   L_MMA: the row sums by the tensor cores (``P @ ones[BLOCK_N, 16]``, fp32 accumulation) of
-#          the rounded P that the P·V product uses (so FAST_L in fast mode), not per element
-#   REV_M: 0 query blocks in order; 1 each head's last (heaviest causal) block first;
-#          2 all heads' last blocks first (grid (B*H, M blocks))
-#   EPI: 0 ``store_attention_out``; 1 ``store_attention_acc`` (exact NVFP4 scale arithmetic);
-#        2 the same with ``inv = g * rsqrt(sf * sf)``; 3: 2 with packed-half e2m1 codes
-#   V16: host side, default precision with FP8 v: upcast v to fp16 once per call (exact) so
-#        the kernel streams fp16 V tiles instead of converting each tile in registers
-#   WS: host side, prefill on sm_90: the warp-specialised Gluon kernel (``attention_ws.py``)
-#       for the calls ``ws_eligible`` accepts; False keeps them here
-#   WS8: with WS, FP8 q/k/v in the default precision go there too (on the H200, 2026-12-03:
-#        1.03 ms against 1.09-1.11 ms here, B=4 S=4096 causal)
-#   VT: host side, FP8 v stored ``[.., S, D]`` (D contiguous) and Sq > 16: copy v once per
-#       call to K-major memory (``[.., D, S]``, keys contiguous) and pass that view, the
-#       operand layout FP8 wgmma reads for P·V (Triton's MN-major FP8 P·V runs at about
-#       half speed); costs one read + write of V, which the kernel reads Sq / BLOCK_M * G times
-KERNEL_KNOBS = ("LAZY", "FAST_L", "L_MMA", "REV_M", "EPI")
-HOST_KNOBS = ("V16", "VT", "WS", "WS8")
+# The prefill launch: one kernel design (see ``attention.py``'s docstring), so the only
+# per-call choices are the tile shape (``TILE_KNOBS``: ``_attn_fwd``'s BLOCK_M / BLOCK_N and the
+# launch's num_warps / num_stages, from the table below) and which kernel serves the call:
+#   WS (the routing rule): on an sm_90 device with Gluon's Hopper layer, the warp-specialised
+#      Gluon kernel (``attention_ws.py``) serves every call that ``ws_eligible`` accepts --
+#      16-bit q/k/v of one dtype, or FP8 q/k/v in the default precision (H200 2026-12-03:
+#      1.03 ms against 1.09-1.11 ms in the Triton kernel, B=4 S=4096 causal); no mask; D 64
+#      or 128; Sq and Skv multiples of 128; each operand one 2-D TMA view. Everything else
+#      (masks, fast mode, Sq <= 16, fp32, other D, other GPUs) runs the Triton kernel.
+#      ``config={"WS": False}`` keeps a call on the Triton kernel (tests compare the two).
+#   FP8 v in fast mode, stored ``[.., S, D]``, Sq > 16: copied once per call to K-major memory
+#      (``transpose.k_major``), the operand layout FP8 wgmma reads for P·V (Triton's MN-major
+#      FP8 P·V runs at about half speed); one read + write of V, which the kernel reads
+#      Sq / BLOCK_M * G times.
+# Removed 2026-12-04 (they lost on the H200; docs/gpu.md keeps the measurements): LAZY,
+# FAST_L, L_MMA, REV_M (fixed: heaviest causal blocks first), EPI (fixed: the
+# ``store_attention_acc`` epilogue), V16, VT (now the rule above), WS8 (now part of WS).
+TILE_KNOBS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) by the q·k dot dtype, H200 sweeps; the first
+# matching row wins
+_TILES = (
+    # (decode-sized Sq <= 16, dot dtype or None for any, min padded D or 0, tiles)
+    (True, None, 0, (16, 64, 4, 2)),
+    (False, torch.float8_e4m3fn, 0, (128, 128, 8, 3)),
+    (False, torch.float32, 0, (64, 32, 4, 2)),
+    (False, None, 128, (128, 64, 8, 3)),  # 16-bit, D > 64
+    (False, None, 0, (128, 128, 8, 3)),  # 16-bit, D <= 64
+)
 
 
 def default_config(
@@ -135,29 +137,18 @@ def default_config(
     dp: int,
     sq: int,
     *,
-    fast: bool = False,
     out_kind: int = 1,
     mask_kind: int = 0,
 ) -> dict:
-    """Every knob of a prefill launch (tuned on an H200); ``attention_into``'s ``config``
-    entries override them. See ``KERNEL_KNOBS`` / ``HOST_KNOBS`` above."""
-    cfg = dict(LAZY=0.0, FAST_L=False, L_MMA=False, REV_M=0, EPI=0, V16=False, VT=fast)
-    cfg.update(WS=True, WS8=True)
-    if sq <= 16:
-        cfg.update(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
-    elif qk_dt == torch.float8_e4m3fn:
-        cfg.update(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
-    elif qk_dt == torch.float32:
-        cfg.update(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
-    else:
-        cfg.update(BLOCK_M=128, BLOCK_N=64 if dp > 64 else 128, num_warps=8, num_stages=3)
-    if out_kind == 2 and sq > 16 and not mask_kind:  # H200 sweep: wider key tiles
+    """The tile shape of a prefill launch (tuned on an H200) and ``WS``; ``attention_into``'s
+    ``config`` entries override them (tests and benchmark sweeps)."""
+    small = sq <= 16
+    tiles = next(
+        t for s, dt, min_dp, t in _TILES if s == small and dt in (None, qk_dt) and dp >= min_dp
+    )
+    cfg = dict(zip(TILE_KNOBS, tiles), WS=True)
+    if out_kind == 2 and not small and not mask_kind:  # H200 sweep: wider key tiles
         cfg["BLOCK_N"] = 128
-    if sq > 16:
-        # H200 sweep 2026-12-03 (B=4 S=4096 causal): the cheaper epilogue (FP8 0.936x ->
-        # 0.954x SDPA + quant; NVFP4 1.16x -> 1.04x the FP8 time, scale bytes exact) and the
-        # heaviest causal row blocks launched first (0.957x)
-        cfg.update(EPI=2, REV_M=2)
     if mask_kind:  # mask tiles are pipelined too: keep shared memory in bounds
         cfg.update(BLOCK_M=min(cfg["BLOCK_M"], 64), BLOCK_N=64, num_warps=4, num_stages=2)
     return cfg

@@ -1,6 +1,5 @@
 """Warp-specialised fused attention for prefill on Hopper (sm_90), written in Gluon: 16-bit
-q / k / v, and FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit P·V; knob
-``WS8``).
+q / k / v, and FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit P·V).
 
 The plain Triton kernel (``attention.py``) ends every key tile in CTA-wide barriers, so its two
 warpgroups run their softmax at the same time while the tensor cores wait; on the H200 it
@@ -17,13 +16,13 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
   the tensor cores' arbitration then keeps);
 - each consumer writes its rows in the output format: a 16-bit or fp32 type, FP8
   (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite) or NVFP4 (packed codes and
-  swizzled scale bytes), with the arithmetic of ``store_attention_acc``'s default epilogue.
+  swizzled scale bytes), with the arithmetic of ``store_attention_acc``.
   An FP8 V is upcast to fp16 once per call on the host side (exact).
 
 ``attention_config.ws_eligible`` says which calls it serves (no masks, D of 64 or 128, Sq
 and Skv multiples of 128, rows addressable as one 2-D TMA view); ``attention_into`` routes
-those here on an sm_90 device unless ``config={"WS": False}`` (FP8 inputs: unless
-``config={"WS8": False}``).
+those here on an sm_90 device unless ``config={"WS": False}`` (the rule is written down
+above ``attention_config.TILE_KNOBS``).
 The tile shape (128 x 128, 2 stages) is fixed.
 """
 
@@ -43,7 +42,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._common import _max_nan, div6_rn, e2m1_code_fast, swizzled_offset, zero_scale_padding
+from ._common import (
+    _max_nan,
+    e2m1_code_fast,
+    nvfp4_block_scale,
+    swizzled_offset,
+    zero_scale_padding,
+)
 from .attention_config import (
     WS_BLOCK_M,
     WS_BLOCK_N,
@@ -174,8 +179,8 @@ def _consume(
 def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv_k, nv_kbpad):
     """Writes ``acc * row_scale`` (``[64, HD]`` in the wgmma accumulator layout) as NVFP4 rows
     ``nv_row + i * nms`` of the 2-D ``[M, nv_k]`` view from column ``nv_col``: the arithmetic
-    of ``store_attention_acc``'s default epilogue (EPI 2: block amax with NaN propagation,
-    ``div6_rn``, hardware e4m3 scale, ``inv = g * rsqrt(sf * sf)``, ``e2m1_code_fast``).
+    of ``store_attention_acc``: block amax with NaN propagation, the shared
+    ``nvfp4_block_scale`` and ``e2m1_code_fast`` (only the layouts are Gluon's).
 
     A 16-column block lies in 4 lanes of the accumulator layout (2 x 2 columns each): the
     block amax is a reduction across them, the codes of each column pair are in one thread."""
@@ -188,10 +193,7 @@ def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv
     bs_l: gl.constexpr = gl.SliceLayout(2, blk_l)  # [R, NB]
     rs = gl.expand_dims(gl.convert_layout(row_scale, gl.SliceLayout(1, bs_l)), 1)
     amax = gl.reduce(gl.abs(ab), 2, _max_nan) * rs  # fl(max|a| * s) == max fl(|a| * s), s >= 0
-    sf8 = (g * div6_rn(amax)).to(gl.float8e4nv)
-    sf = sf8.to(gl.float32)
-    inv = g * gl.rsqrt(sf * sf)  # sf is an e4m3 value: sf * sf is exact and normal
-    inv = gl.where(sf == 0.0, 0.0, gl.minimum(inv, 3.4028234663852886e38))
+    inv, sbits = nvfp4_block_scale(amax, g)
     v = ab * gl.expand_dims(inv * rs, 2)
     lo, hi = gl.split(gl.reshape(e2m1_code_fast(v), [R, NB * 8, 2]))
     packed = (lo | (hi << 4)).to(gl.uint8)
@@ -199,7 +201,6 @@ def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv
     prow = nv_row + gl.arange(0, R, layout=gl.SliceLayout(1, pk_l)).to(gl.int64) * nms
     pcol = nv_col // 2 + gl.arange(0, NB * 8, layout=gl.SliceLayout(0, pk_l))
     gl.store(out_ptr + gl.expand_dims(prow * (nv_k // 2), 1) + gl.expand_dims(pcol, 0), packed)
-    sbits = gl.where(amax != amax, 0x7F, sf8.to(gl.uint8, bitcast=True)).to(gl.uint8)
     srow = nv_row + gl.arange(0, R, layout=gl.SliceLayout(1, bs_l)).to(gl.int64) * nms
     scol = nv_col // 16 + gl.arange(0, NB, layout=gl.SliceLayout(0, bs_l))
     soff = swizzled_offset(gl.expand_dims(srow, 1), gl.expand_dims(scol, 0), nv_kbpad // 4)

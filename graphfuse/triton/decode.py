@@ -74,7 +74,6 @@ def decode_into(
     bt_ahead: bool = False,
     head_major: bool = False,
     one_page: bool | None = None,
-    fp16_dot: bool = True,
     sf_pad: bool = True,
 ) -> None:
     """Launches split-KV decode attention into ``out`` (and ``sf`` for NVFP4).
@@ -105,8 +104,6 @@ def decode_into(
         head_major: head kernel grid ``(Hkv, B, splits)``.
         one_page: one block-table read per tile (tiles inside one cache block; None: on
             for the seq kernel when the block size allows).
-        fp16_dot: ``False`` keeps bf16 dots for a bf16 q with an FP8 cache (the slower
-            path, for comparison).
         sf_pad: zero the NVFP4 scale padding rows inside the kernel (else a memset first).
     """
     bsz, hq, d = q.shape
@@ -148,7 +145,6 @@ def decode_into(
             splits = choose_splits(bsz, hkv, max_ctx, sms, block_n)
     chunk = triton.cdiv(triton.cdiv(max(max_ctx, 1), splits), block_n) * block_n
     splits = max(1, triton.cdiv(max(max_ctx, 1), chunk))
-    fp8 = torch.float8_e4m3fn
     if k.dtype == torch.float32:
         raise ValueError(
             "graphfuse::paged_decode_attention: a float32 KV cache is not supported by the "
@@ -156,8 +152,6 @@ def decode_into(
         )
     # FP8 / fp16 KV: fp16 dots (a bf16 or fp32 q is rescaled per row by a power of two)
     dot_dt = torch.bfloat16 if k.dtype == torch.bfloat16 else torch.float16
-    if fp16_dot is False and k.dtype == fp8 and q.dtype == torch.bfloat16:
-        dot_dt = torch.bfloat16  # benchmark comparison: the plain bf16 path
     q_rescale = dot_dt == torch.float16 and q.dtype in (torch.bfloat16, torch.float32)
     sob, soh = out_strides
     nv_m, nv_k, nv_kbpad = 1, d, 4

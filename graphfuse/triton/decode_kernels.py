@@ -278,5 +278,5 @@ def decode_merge(
     row_off = bb * sob + hh * soh
     store_attention_acc(
         o, inv_l, row_off, row_off // NV_K, row_off % NV_K, rmask, OUT, OSC, SF,
-        D, NV_K, NV_KBPAD, OUT_KIND, DP, EXACT_INV=False,
+        D, NV_K, NV_KBPAD, OUT_KIND, DP,
     )  # fmt: skip

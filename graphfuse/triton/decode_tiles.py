@@ -416,7 +416,7 @@ def finish(
         row_off = b * sob + heads.to(tl.int64) * soh
         store_attention_acc(
             acc, inv_l, row_off, row_off // NV_K, row_off % NV_K, hmask, OUT, OSC, SF,
-            D, NV_K, NV_KBPAD, OUT_KIND, DP, EXACT_INV=False,
+            D, NV_K, NV_KBPAD, OUT_KIND, DP,
         )  # fmt: skip
     if OUT_KIND == 2:
         if SF_PAD:  # also with split partials: the merge writes real rows only

@@ -113,8 +113,8 @@ def _run_case(c: dict, ws_calls: list) -> None:
     rp, rs = nvfp4_quant_ref(wide.reshape(m, kk), g, swizzle=True)
     assert_nvfp4_close(pk, sf, rp, rs, wide, g, min_equal=0.9, rmse_factor=1.1)
     assert len(ws_calls) == n0 + 4, c
-    if c["dtype"] == FP8:  # with WS8 off, FP8 inputs go to the Triton kernel
-        run(*args, o8, 1, s_o, config={"WS8": False})
+    if c["dtype"] == FP8:  # with WS off, FP8 inputs go to the Triton kernel
+        run(*args, o8, 1, s_o, config={"WS": False})
         assert len(ws_calls) == n0 + 4
 
 
