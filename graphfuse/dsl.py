@@ -235,8 +235,18 @@ _ = Wildcard()
 def _targets(target: Target | Iterable[Target]) -> tuple[Target, ...]:
     if isinstance(target, (set, frozenset, list, tuple)):
         out = tuple(target)
-        return tuple(sorted(out, key=target_repr)) if isinstance(target, (set, frozenset)) else out
-    return (target,)
+        if isinstance(target, (set, frozenset)):
+            out = tuple(sorted(out, key=target_repr))
+    else:
+        out = (target,)
+    for t in out:
+        if isinstance(t, str) or not callable(t):
+            hint = f" (write torch.ops.{t})" if isinstance(t, str) else ""
+            raise TypeError(
+                f"a pattern's target is an op (torch.ops.aten.x, an overload) or a Python "
+                f"callable, not {t!r}{hint}"
+            )
+    return out
 
 
 def op(

@@ -87,3 +87,19 @@ def test_set_targets_are_sorted_for_a_stable_repr():
     a = P.op({aten.relu.default, aten.gelu.default}, P._)
     b = P.op({aten.gelu.default, aten.relu.default}, P._)
     assert a == b and repr(a) == repr(b) == "P.op({aten.gelu, aten.relu}, P._)"
+
+
+def test_patterns_refuse_what_can_never_match() -> None:
+    """A string target, or one name captured as a tensor and as a scalar, is an error when
+    the pattern or rule is built (it would otherwise never match, silently)."""
+    import pytest
+    import torch
+
+    import graphfuse
+    from graphfuse import dsl as P
+
+    with pytest.raises(TypeError, match=r"write torch\.ops\.aten\.rsqrt"):
+        P.op("aten.rsqrt", P.tensor("x"))
+    mixed = P.op(torch.ops.aten.mul.Tensor, P.tensor("x"), P.scalar("x"))
+    with pytest.raises(ValueError, match="captured both as a tensor and as a scalar"):
+        graphfuse.Rule("r", mixed, lambda m, b: None)

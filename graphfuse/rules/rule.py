@@ -37,6 +37,40 @@ def anchor_targets(pat: P.Pattern) -> tuple:
     raise ValueError(f"a rule's pattern must be rooted at an op call, not {pat!r}")
 
 
+def _children(pat: Any) -> list[Any]:
+    if isinstance(pat, P.Call):
+        return list(pat.args) + [a for _, a in pat.kwargs]
+    if isinstance(pat, (P.Maybe, P.Typed)):
+        return [pat.inner]
+    if isinstance(pat, P.Alt):
+        return [b for _, b in pat.branches]
+    if isinstance(pat, P.ListOf):
+        return list(pat.items)
+    return []
+
+
+def _check_capture_kinds(rule: str, patterns: tuple[P.Pattern, ...]) -> None:
+    """A name captured as a tensor in one place and as a scalar in another can never bind:
+    refused when the rule is made."""
+    kinds: dict[str, set[str]] = {}
+    seen: set[int] = set()
+    stack: list[Any] = list(patterns)
+    while stack:
+        pat = stack.pop()
+        if id(pat) in seen:
+            continue
+        seen.add(id(pat))
+        if isinstance(pat, P.Capture) and pat.kind != "any":
+            kinds.setdefault(pat.name, set()).add(pat.kind)
+        stack.extend(_children(pat))
+    for name, found in kinds.items():
+        if len(found) > 1:
+            raise ValueError(
+                f"rule {rule}: {name!r} is captured both as a tensor and as a scalar; "
+                "one name binds one value"
+            )
+
+
 def _collect_targets(pat: Any, out: set[Any], seen: set[int] | None = None) -> None:
     """Every op target anywhere in ``pat`` (shared sub-patterns are visited once)."""
     seen = set() if seen is None else seen
@@ -107,6 +141,7 @@ class Rule:
             if not isinstance(p, P.Pattern):
                 raise TypeError(f"rule {self.name}: pattern must be a dsl Pattern, got {p!r}")
         anchor_targets(self.patterns[0])
+        _check_capture_kinds(self.name, self.patterns)
         if not self.doc:
             fn_doc = (getattr(self.rewrite, "__doc__", None) or "").strip()
             object.__setattr__(self, "doc", fn_doc.splitlines()[0] if fn_doc else "")
