@@ -185,7 +185,6 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool) -> dict:
         auto = choose_splits(b, hkv, ctx, _sm_count(q.device), 64)  # noqa: F841
         configs = [
             {},
-            dict(fp16_dot=False),
             dict(block_n=64),
             dict(block_n=128),
             dict(num_stages=4),

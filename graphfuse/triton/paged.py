@@ -15,7 +15,7 @@ def paged_config(b: int, hq: int, hkv: int, max_ctx: int, d: int, block_size: in
     ``splits``, ``num_warps``, ``num_stages``, ``prefetch``, ``trans``, ``bt_ahead``, ...);
     knobs left out take ``decode_into``'s shape-based defaults.
 
-    Set from ``benchmarks/decode_sweep.py`` on an H200 (2026-12-03, its suggested configs):
+    Set from a decode configuration sweep on an H200 (2026-12-03; docs/gpu.md, in git history):
     every row reads the block table one tile ahead (``bt_ahead``) so Triton's pipeliner
     keeps 2+ K/V tiles in flight.
 
