@@ -4,7 +4,7 @@ q / k / v, and FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit P·
 The plain Triton kernel (``attention.py``) ends every key tile in CTA-wide barriers, so its two
 warpgroups run their softmax at the same time while the tensor cores wait; on the H200 it
 stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no better
-(a minimal prefill kernel measured on 2026-12-03, docs/gpu.md). Here the roles are split as FlashAttention-3 does:
+(measured 2026-12-03, docs/gpu.md). Here the roles are split as FlashAttention-3 does:
 
 - a producer warp loads Q once and K / V tiles with TMA into a 2-stage ring of buffers
   (mbarriers: "ready" with the byte count, "empty" released by both consumers);
