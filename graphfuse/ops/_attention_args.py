@@ -137,8 +137,3 @@ def check_nvfp4_head_dim(op: str, d) -> None:
     """NVFP4 output needs head_dim % 16 == 0 (a block of 16 never spans two heads)."""
     if d % 16 != 0:
         _fail(op, f"NVFP4 output needs head_dim D % 16 == 0, got D={d}")
-
-
-def round_up(a, b: int):
-    """Round ``a`` (int or SymInt) up to a multiple of ``b``."""
-    return (a + b - 1) // b * b

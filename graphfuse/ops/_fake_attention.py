@@ -11,8 +11,8 @@ from ._attention_args import (
     check_out_scale,
     nvfp4_rows_cols,
     out_shape,
-    round_up,
 )
+from .quant_ref import round_up
 
 
 def _shape(op, q, k, v, q_scale, k_scale, v_scale, attn_mask, causal, layout, precision):

@@ -6,11 +6,9 @@ import math
 
 import torch
 
+from .quant_ref import round_up
+
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _round_up(a, b: int):  # works on ints and SymInts
-    return (a + b - 1) // b * b
 
 
 def _check_scale(op: str, name: str, s: torch.Tensor) -> None:
@@ -43,7 +41,7 @@ def _nvfp4_quant_fake(
     m = math.prod(x.shape[:-1])
     packed = x.new_empty((m, k // 2), dtype=torch.uint8)
     kb = k // 16
-    shape = (_round_up(m, 128), _round_up(kb, 4)) if swizzle else (m, kb)
+    shape = (round_up(m, 128), round_up(kb, 4)) if swizzle else (m, kb)
     return packed, x.new_empty(shape, dtype=torch.float8_e4m3fn)
 
 

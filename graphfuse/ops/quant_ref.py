@@ -110,7 +110,8 @@ def fp8_dequant_ref(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) ->
     return (q.to(torch.float32) * _scale(scale).to(q.device)).to(dtype)
 
 
-def _round_up(a: int, b: int) -> int:
+def round_up(a, b: int):
+    """``a`` (an int or a SymInt) rounded up to a multiple of ``b``."""
     return (a + b - 1) // b * b
 
 
@@ -127,7 +128,7 @@ def swizzle_block_scales(linear: torch.Tensor) -> torch.Tensor:
         the swizzled tensor, same dtype.
     """
     m, kb = linear.shape
-    mp, kp = _round_up(m, 128), _round_up(kb, 4)
+    mp, kp = round_up(m, 128), round_up(kb, 4)
     padded = torch.zeros(mp, kp, dtype=torch.uint8, device=linear.device)
     padded[:m, :kb] = linear.view(torch.uint8)
     # [m // 128, (m % 128) // 32, m % 32, k // 4, k % 4] -> [m // 128, k // 4, m % 32, ., k % 4]
@@ -147,7 +148,7 @@ def unswizzle_block_scales(swizzled: torch.Tensor, rows: int, cols: int) -> torc
         linear ``[rows, cols]`` block scales, same dtype.
     """
     mp, kp = swizzled.shape
-    if (mp, kp) != (_round_up(rows, 128), _round_up(cols, 4)):
+    if (mp, kp) != (round_up(rows, 128), round_up(cols, 4)):
         raise ValueError(f"swizzled shape {(mp, kp)} does not fit rows={rows}, cols={cols}")
     tiles = swizzled.view(torch.uint8).reshape(mp // 128, kp // 4, 32, 4, 4)
     linear = tiles.permute(0, 3, 2, 1, 4).reshape(mp, kp)[:rows, :cols].contiguous()

@@ -91,11 +91,6 @@ TL_DTYPE = {
 }
 
 
-def round_up(x: int, m: int) -> int:
-    """``x`` rounded up to a multiple of ``m``."""
-    return (x + m - 1) // m * m
-
-
 def check_scale(op: str, name: str, s: torch.Tensor, device: torch.device) -> None:
     """Raises ValueError unless ``s`` is a one-element floating tensor on ``device``."""
     if s.numel() != 1 or not s.is_floating_point() or s.device != device:

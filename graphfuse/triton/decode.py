@@ -16,7 +16,9 @@ import math
 import torch
 import triton
 
-from ._common import TL_DTYPE, round_up, zero_scale_padding
+from graphfuse.ops.quant_ref import round_up
+
+from ._common import TL_DTYPE, zero_scale_padding
 from .decode_kernels import decode_head, decode_merge, decode_seq
 
 _SM_COUNT: dict[int, int] = {}

@@ -12,13 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
+from graphfuse.ops.quant_ref import round_up
+
 from ._common import (
     TL_DTYPE,
     check_scale,
     e2m1_value,
     e4m3_sat,
     nvfp4_encode_blocks,
-    round_up,
     swizzled_offset,
 )
 
