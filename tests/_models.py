@@ -211,11 +211,11 @@ def matches(program: Program, pattern: Any, check: Any = None) -> list[graphfuse
 
     rs = rules(probe(pattern, check))
     found = []
-    for rule, node in sweep_order(rs, graph_module(program).graph):
+    for rule, node in sweep_order(rs, graph_module(program).graph):  # (one rule: graph order)
         res = match_rule(rule, node)
         if isinstance(res, graphfuse.Match):
             found.append(res)
-    return sorted(found, key=lambda m: m.root._sort_key)
+    return found
 
 
 def misses(program: Program, pattern: Any, check: Any = None, min_depth: int = 1) -> list[str]:

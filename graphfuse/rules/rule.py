@@ -49,10 +49,9 @@ def _children(pat: Any) -> list[Any]:
     return []
 
 
-def _check_capture_kinds(rule: str, patterns: tuple[P.Pattern, ...]) -> None:
-    """A name captured as a tensor in one place and as a scalar in another can never bind:
-    refused when the rule is made."""
-    kinds: dict[str, set[str]] = {}
+def subpatterns(patterns: Iterable[P.Pattern]) -> Iterator[Any]:
+    """Every pattern value in ``patterns`` and below, each once (a sub-pattern shared by
+    several places is visited once)."""
     seen: set[int] = set()
     stack: list[Any] = list(patterns)
     while stack:
@@ -60,36 +59,23 @@ def _check_capture_kinds(rule: str, patterns: tuple[P.Pattern, ...]) -> None:
         if id(pat) in seen:
             continue
         seen.add(id(pat))
+        yield pat
+        stack.extend(_children(pat))
+
+
+def _check_capture_kinds(rule: str, patterns: tuple[P.Pattern, ...]) -> None:
+    """A name captured as a tensor in one place and as a scalar in another can never bind:
+    refused when the rule is made."""
+    kinds: dict[str, set[str]] = {}
+    for pat in subpatterns(patterns):
         if isinstance(pat, P.Capture) and pat.kind != "any":
             kinds.setdefault(pat.name, set()).add(pat.kind)
-        stack.extend(_children(pat))
     for name, found in kinds.items():
         if len(found) > 1:
             raise ValueError(
                 f"rule {rule}: {name!r} is captured both as a tensor and as a scalar; "
                 "one name binds one value"
             )
-
-
-def _collect_targets(pat: Any, out: set[Any], seen: set[int] | None = None) -> None:
-    """Every op target anywhere in ``pat`` (shared sub-patterns are visited once)."""
-    seen = set() if seen is None else seen
-    if id(pat) in seen:
-        return
-    seen.add(id(pat))
-    if isinstance(pat, (P.Call, P.Maybe)):
-        out.update(pat.targets)
-    children: list[Any] = []
-    if isinstance(pat, P.Call):
-        children = list(pat.args) + [a for _, a in pat.kwargs]
-    elif isinstance(pat, (P.Maybe, P.Typed)):
-        children = [pat.inner]
-    elif isinstance(pat, P.Alt):
-        children = [b for _, b in pat.branches]
-    elif isinstance(pat, P.ListOf):
-        children = list(pat.items)
-    for child in children:
-        _collect_targets(child, out, seen)
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,11 +183,12 @@ class RuleSet:
         """True when some pattern of the set could match a call of ``target`` (so a
         rewrite that creates one needs a full sweep after it)."""
         if self._mentioned is None:
-            found: set[Any] = set()
-            seen: set[int] = set()
-            for rule in self.rules:
-                for p in rule.patterns:
-                    _collect_targets(p, found, seen)
+            found = {
+                t
+                for pat in subpatterns(p for rule in self.rules for p in rule.patterns)
+                if isinstance(pat, (P.Call, P.Maybe))
+                for t in pat.targets
+            }
             self._keep = list(found)
             self._mentioned = frozenset(map(id, found))
         ids = self._mentioned

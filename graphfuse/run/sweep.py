@@ -101,7 +101,7 @@ def run_rules(
                     report.counts[rule.name] += 1
                     fired.append(rule.name)
                     continue
-            failure = res if res is not None else None
+            failure = res
             if failure is None and tracer is not None and tracer.depth >= min_depth:
                 failure = tracer.failure
             if failure is not None:

@@ -4,13 +4,10 @@ matches of probe rules (the small modules, exports and probe rules come from
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor, fx
 
 import graphfuse
-from graphfuse.match import match_rule
 from tests._models import (  # noqa: F401  (re-exported for the match tests)
     Fn,
     Program,
@@ -19,6 +16,7 @@ from tests._models import (  # noqa: F401  (re-exported for the match tests)
     export,
     fake_input_graph,
     graph_module,
+    matches,
     misses,
     probe,
     rules,
@@ -56,14 +54,3 @@ def candidates(
         for rule in by_target
     }
     return sorted(pairs, key=lambda rn: rn[1]._sort_key)
-
-
-def matches(program: Program, pattern: Any, check: Any = None) -> list[graphfuse.Match]:
-    """Every match of ``pattern`` (whose escape check and ``check`` pass), in graph order."""
-    rs = rules(probe(pattern, check))
-    found = []
-    for rule, node in candidates(rs, graph_module(program).graph):
-        res = match_rule(rule, node)
-        if isinstance(res, graphfuse.Match):
-            found.append(res)
-    return found
