@@ -60,16 +60,40 @@ def _rules_option(p: argparse.ArgumentParser, help: str) -> None:
 _RULES_HELP = "rule set: a bundled name or a .py rule file (repeatable; default trtllm)"
 
 
+def _command(
+    sub: argparse._SubParsersAction, name: str, summary: str, description: str, examples: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` shows ``description`` and ``examples`` as written."""
+    return sub.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog="examples:\n" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``graphfuse`` argument parser; each subcommand sets ``command`` to its name."""
     parser = _Parser(
         prog=PROG,
         description="Rewrite PyTorch exported programs with declarative fusion rules.",
+        epilog="'graphfuse COMMAND --help' describes a command and shows examples.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    p = sub.add_parser("apply", help="fuse what the rule sets match; write OUT")
+    p = _command(
+        sub,
+        "apply",
+        "fuse what the rule sets match; write OUT",
+        "Apply rule sets to an exported program and write the rewritten program to OUT.\n"
+        "IN is never modified; OUT and the report are written only when everything\n"
+        "succeeded. Prints how often each rule fired.",
+        "  graphfuse apply model.pt2 -o fused.pt2\n"
+        "  graphfuse apply model.pt2 -o fused.pt2 -p trtllm -p my_rules.py --verify\n"
+        "  graphfuse apply model.pt2 -o fused.pt2 --json report.json",
+    )
     p.add_argument("file", metavar="IN.pt2", help="the exported program (never modified)")
     p.add_argument(
         "-o", "--output", required=True, metavar="OUT.pt2", help="where to write the result"
@@ -81,24 +105,57 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _program_options(p)
 
-    p = sub.add_parser("inspect", help="what is in a program: inputs, outputs, op histogram")
+    p = _command(
+        sub,
+        "inspect",
+        "what is in a program: inputs, outputs, op histogram",
+        "Show what an exported program holds: its inputs and outputs, weights and a\n"
+        "histogram of the ops it calls (graphfuse ops marked); or one node and its\n"
+        "neighbours; or what changed between two programs.",
+        "  graphfuse inspect model.pt2\n"
+        "  graphfuse inspect model.pt2 --node to_3\n"
+        "  graphfuse inspect fused.pt2 --diff model.pt2",
+    )
     p.add_argument("file", metavar="FILE.pt2", help="an exported program (.pt2)")
     p.add_argument("--node", metavar="NAME", help="show one node's neighbourhood")
     p.add_argument("--diff", metavar="OTHER.pt2", help="what disappeared / appeared in OTHER")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     _program_options(p)
 
-    p = sub.add_parser("explain", help="near misses: where rules got partway, and why")
+    p = _command(
+        sub,
+        "explain",
+        "near misses: where rules got partway, and why",
+        "Match the rule sets against a program without changing it and list, per rule,\n"
+        "every place where it got partway and the condition that failed, as one\n"
+        "sentence with the model's source line.",
+        "  graphfuse explain model.pt2\n  graphfuse explain model.pt2 -p my_rules.py --json",
+    )
     p.add_argument("file", metavar="FILE.pt2", help="an exported program (.pt2)")
     _rules_option(p, _RULES_HELP)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _program_options(p)
 
-    p = sub.add_parser("patterns", help="list rule sets and their rules")
+    p = _command(
+        sub,
+        "patterns",
+        "list rule sets and their rules",
+        "List rule sets (every bundled one, or those given with -p) with their rules,\n"
+        "one-line docs and the file:line where each rule is defined.",
+        "  graphfuse patterns\n  graphfuse patterns -p my_rules.py --json",
+    )
     _rules_option(p, "list these rule sets (default: every bundled one)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
-    sub.add_parser("demo", help="fuse a small decoder (FP8 and NVFP4 out) and compare")
+    _command(
+        sub,
+        "demo",
+        "fuse a small decoder (FP8 and NVFP4 out) and compare",
+        "Export a small Llama-style decoder with FP8 and NVFP4 attention outputs, fuse it\n"
+        "with the bundled rules, and show what fired, the agreement with the unfused\n"
+        "program and the speed of both.",
+        "  graphfuse demo",
+    )
     return parser
 
 
