@@ -232,11 +232,11 @@ class Alt:
 
     def step(self, value: Any, where: Any, st: State, goals: Goals, choices: list) -> Goals:
         branches = self.branches if st.tracer is not None else self._viable(value)
-        if len(branches) == 1:  # one way: no choice point
+        if len(branches) == 1:  # one way: no choice point, the branch's step at once
             tag, matcher, _ = branches[0]
             if self.name is not None:
                 st.put(st.tags, self.name, tag)
-            return (matcher, value, where, goals)
+            return matcher.step(value, where, st, goals, choices)
         return _choose(st, choices, self._ways(branches, value, where, st, goals))
 
     def _ways(self, branches: tuple, value: Any, where: Any, st: State, goals: Goals):
@@ -250,21 +250,24 @@ class Maybe:
     """``P.maybe``: zero or more calls of the chain targets (each through its first
     argument) in front of the inner pattern; longest chain first."""
 
-    __slots__ = ("name", "ids", "where", "inner", "first")
+    __slots__ = ("name", "ids", "where", "inner", "first", "links")
 
     def __init__(self, pat: P.Maybe) -> None:
         self.name, self.where = pat.name, pat.where
         self.ids = frozenset(map(id, pat.targets))
         self.inner, self.first = compiled(pat.inner), _first_ids(pat.inner)
+        self.links: dict[int, tuple[Any, bool]] = {}  # id(target) -> (target, a chain op)
 
     def _links(self, node: Any) -> bool:
         """Whether the chain passes through ``node``."""
         if not is_call(node) or not node.args:
             return False
         t = node.target
-        if id(t) not in self.ids and id(getattr(t, "overloadpacket", None)) not in self.ids:
-            return False
-        return self.where is None or bool(self.where(node))
+        hit = self.links.get(id(t))
+        if hit is None or hit[0] is not t:
+            ok = id(t) in self.ids or id(getattr(t, "overloadpacket", None)) in self.ids
+            hit = self.links[id(t)] = (t, ok)
+        return hit[1] and (self.where is None or bool(self.where(node)))
 
     def step(self, value: Any, where: Any, st: State, goals: Goals, choices: list) -> Goals:
         chain: list[fx.Node] = []
@@ -272,10 +275,10 @@ class Maybe:
         while self._links(end):
             chain.append(end)
             end = end.args[0]
-        if not chain:
+        if not chain:  # one way: the inner pattern's step at once
             if self.name is not None:
                 st.put(st.chains, self.name, ())
-            return (self.inner, value, where, goals)
+            return self.inner.step(value, where, st, goals, choices)
         return _choose(st, choices, self._ways(chain, end, where, st, goals))
 
     def _ways(self, chain: list, end: Any, where: Any, st: State, goals: Goals):

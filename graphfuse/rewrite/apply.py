@@ -22,6 +22,7 @@ from ..fxnodes import is_metadata_assert
 from ..match import Failure, Match, escape_of
 from ..match.dims import same_size
 from .builder import Builder
+from .edits import erase
 from .fake import FakePropagator
 
 
@@ -149,8 +150,15 @@ def _validate(m: Match, builder: Builder, news: tuple[fx.Node, ...]) -> None:
 def _erase_matched(m: Match, graph: fx.Graph, keep: tuple[fx.Node, ...]) -> None:
     """Erase the matched nodes not in ``keep`` and the metadata asserts on them, latest
     first (a node's users come after it, and every user is matched or an assert)."""
-    doomed = [n for n in m.nodes if not any(n is k for k in keep)]
-    asserts = {u for n in doomed for u in n.users if u not in m.node_set and is_metadata_assert(u)}
-    for node in sorted(list(asserts) + doomed, key=_position, reverse=True):
-        if not node.users:
-            graph.erase_node(node)
+    node_set = m.node_set
+    doomed = [n for n in m.nodes if n not in keep]
+    asserts = {
+        u
+        for n in doomed
+        if not node_set.issuperset(n.users)
+        for u in n.users
+        if u not in node_set and is_metadata_assert(u)
+    }
+    doomed.extend(asserts)
+    doomed.sort(key=_position, reverse=True)
+    erase(graph, (n for n in doomed if not n.users))

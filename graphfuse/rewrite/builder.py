@@ -9,6 +9,7 @@ import torch
 from torch import fx
 
 from ..errors import RewriteError
+from .edits import add_call
 from .fake import FakePropagator
 
 # source metadata a new node takes from the match's root
@@ -43,7 +44,7 @@ class Builder:
             raise RewriteError(
                 f"the replacement's argument {foreign[0].name} is a node of another graph"
             )
-        node = self.graph.call_function(target, args, kwargs)
+        node = add_call(self.graph, target, args, kwargs)
         self.created.append(node)
         src = self._meta_from.meta
         for key in COPIED_META:

@@ -26,6 +26,9 @@ def _tensor_key(v: torch.Tensor) -> Any:
     return key
 
 
+_PLAIN = frozenset({int, str, type(None), torch.dtype, torch.device})
+
+
 def _key_of(a: Any, tensor_keys: dict[int, tuple[torch.Tensor, Any]]) -> Any:
     """The cache key of one argument: its value's metadata (``_MISSING``: no value).
     ``tensor_keys`` remembers the key of each fake tensor seen (by identity)."""
@@ -33,20 +36,23 @@ def _key_of(a: Any, tensor_keys: dict[int, tuple[torch.Tensor, Any]]) -> Any:
         a = a.meta.get("val", _MISSING)
         if a is _MISSING:
             return _MISSING
+    cls = type(a)
+    if cls in _PLAIN:
+        return a
+    if cls is bool or cls is float:  # 2, 2.0 and True compare equal; their dtypes do not
+        return (cls, a)
     if isinstance(a, torch.Tensor):
         hit = tensor_keys.get(id(a))
         if hit is None or hit[0] is not a:
             hit = tensor_keys[id(a)] = (a, _tensor_key(a))
         return hit[1]
-    if isinstance(a, (bool, float)):  # 2, 2.0 and True compare equal; their dtypes do not
-        return (type(a), a)
-    if a is None or isinstance(a, (int, str, torch.dtype, torch.device)):
-        return a
     if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("sym", str(a))
     if isinstance(a, (list, tuple)):
-        parts = tuple(_key_of(x, tensor_keys) for x in a)
-        return _MISSING if any(p is _MISSING for p in parts) else (type(a).__name__, parts)
+        parts = tuple([_key_of(x, tensor_keys) for x in a])
+        return _MISSING if _MISSING in parts else (type(a).__name__, parts)
+    if isinstance(a, (bool, float, int, str)):  # subclasses (an IntEnum, a str enum)
+        return (cls, a)
     return ("repr", repr(a))
 
 

@@ -21,15 +21,17 @@ def sweep_order(rules: RuleSet, graph: fx.Graph) -> list[tuple[Rule, fx.Node]]:
     """The candidates, each (rule, node) once, found through the graph's op index (no scan
     of every node): higher rule priority first, then position in the graph, then the
     rule's place in the set."""
-    place = {rule: i for i, rule in enumerate(rules)}
-    pairs = [
-        (rule, node)
-        for target, by_target in rules.roots()
-        for node in graph.find_nodes(op="call_function", target=target, sort=False)
-        for rule in by_target
-    ]
-    pairs.sort(key=lambda rn: (-rn[0].priority, rn[1]._sort_key, place[rn[0]]))
-    return pairs
+    out: list[tuple[Rule, fx.Node]] = []
+    for priority in sorted({rule.priority for rule in rules}, reverse=True):
+        at_nodes = [
+            (node, level)
+            for target, by_target in rules.roots()
+            if (level := [r for r in by_target if r.priority == priority])
+            for node in graph.find_nodes(op="call_function", target=target, sort=False)
+        ]
+        at_nodes.sort(key=lambda nl: nl[0]._sort_key)
+        out += [(rule, node) for node, level in at_nodes for rule in level]
+    return out
 
 
 def run_rules(

@@ -1,0 +1,90 @@
+"""The two graph edits a rewrite makes: add a call node, erase matched nodes.
+
+Both do what ``Graph.create_node`` / ``Graph.erase_node`` do, with less per node: no scan
+of the arguments for raw SymInts (a rewrite's arguments are nodes and literals read from
+the graph), one pass over a whole set of doomed nodes. They keep fx's invariants: the node
+list, the graph's length, the name table, the op index behind ``find_nodes``, every
+node's ``users``.
+
+They reach into fx's own bookkeeping (``Graph._insert``, ``Graph._find_nodes_lookup_table``,
+``Graph._graph_namespace``, ``Node._remove_from_list``), checked once at import. Where that
+differs (another torch), where the owning module has node hooks, or with
+``GRAPHFUSE_FX_EDITS=api`` in the environment, they call fx's public methods instead:
+the graph comes out the same (``tests/rewrite/test_edits.py`` checks both ways).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from torch import fx
+from torch.fx.node import map_arg
+
+
+def _has_internals() -> bool:
+    g = fx.Graph()
+    table = getattr(g, "_find_nodes_lookup_table", None)
+    namespace = getattr(g, "_graph_namespace", None)
+    return (
+        hasattr(g, "_insert")
+        and hasattr(g, "_len")
+        and hasattr(g, "_target_to_str")
+        and isinstance(getattr(table, "table", None), dict)
+        and hasattr(table, "insert")
+        and hasattr(namespace, "create_name")
+        and hasattr(namespace, "associate_name_with_obj")
+        and hasattr(fx.Node, "_remove_from_list")
+    )
+
+
+DIRECT = os.environ.get("GRAPHFUSE_FX_EDITS", "direct") != "api" and _has_internals()
+
+
+def _direct(graph: fx.Graph) -> bool:
+    """Whether edits of ``graph`` may bypass fx's public methods (no node hooks)."""
+    if not DIRECT:
+        return False
+    gm = graph.owning_module
+    return gm is None or not (
+        getattr(gm, "_create_node_hooks", None) or getattr(gm, "_erase_node_hooks", None)
+    )
+
+
+def add_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.Node:
+    """A ``call_function`` node of ``target`` at the graph's insert point, as
+    ``graph.call_function(target, args, kwargs)`` makes it."""
+    if not _direct(graph):
+        return graph.call_function(target, args, kwargs)
+    name = graph._graph_namespace.create_name(graph._target_to_str(target), None)
+    node = fx.Node(graph, name, "call_function", target, args, kwargs)
+    graph._graph_namespace.associate_name_with_obj(name, node)
+    graph._insert(node)
+    graph._find_nodes_lookup_table.insert(node)
+    graph._len += 1
+    return node
+
+
+def _none(_: fx.Node) -> None:
+    return None
+
+
+def erase(graph: fx.Graph, nodes: Iterable[fx.Node]) -> None:
+    """Erase ``nodes``, given users first (each node's users must be erased before it:
+    in a topologically ordered graph, latest first), as ``graph.erase_node`` does."""
+    if not _direct(graph):
+        for node in nodes:
+            graph.erase_node(node)
+        return
+    table = graph._find_nodes_lookup_table.table
+    for node in nodes:
+        if node.users or node.graph is not graph or node._erased:
+            graph.erase_node(node)  # fx's own error (or warning)
+            continue
+        key = ("call_function", node.target) if node.op == "call_function" else (node.op, None)
+        table[key].pop(node)
+        node._remove_from_list()
+        object.__setattr__(node, "_erased", True)
+        node._update_args_kwargs(map_arg(node._args, _none), map_arg(node._kwargs, _none))
+        graph._len -= 1
