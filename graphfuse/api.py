@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from .io import copy_graph, finish_program, graph_module_of
+from .io import constants_of, copy_graph, finish_program, graph_module_of
 from .rules import RuleSet, load_patterns
 from .run import Progress, Report, run_rules, timed
 
@@ -52,7 +52,7 @@ def apply(
         torch.export.save(result.program, "fused.pt2")
     """
     rule_set = load_patterns(rules)
-    with _gc_paused():
+    with _gc_paused(), constants_of(program):
         return _apply(program, rule_set, dry_run, progress)
 
 
@@ -98,4 +98,5 @@ def explain(program: object, rules: str | RuleSet = "trtllm", *, min_depth: int 
     """
     rule_set = load_patterns(rules)
     gm = graph_module_of(program)
-    return run_rules(gm.graph, rule_set, dry_run=True, explain=True, min_depth=min_depth)
+    with constants_of(program):
+        return run_rules(gm.graph, rule_set, dry_run=True, explain=True, min_depth=min_depth)

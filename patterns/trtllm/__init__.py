@@ -9,13 +9,29 @@ Rules (priority order):
 - ``paged_decode_fp8_out`` / ``paged_decode_nvfp4_out``: ``paged_decode_attention`` ->
   reshapes -> static FP8 / NVFP4 quant -> ``paged_decode_attention_fp8`` / ``_nvfp4``
 - ``fp8_static_quant``: any other eager FP8 static quant -> ``fp8_static_quant``
+
+``RULES`` is built when first read, and built again once a quantization library has
+registered the op of a quant spelling (optimum-quanto's ``quantize_symmetric`` exists only
+after ``import optimum.quanto``), so the order of imports does not matter.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from graphfuse import RuleSet
 
-from ._paged import PAGED_RULES
-from ._rules import RULES_LIST
+from .._quant import quanto_quantize_symmetric
+from ._paged import paged_rules
+from ._rules import rules
 
-RULES = RuleSet("trtllm", RULES_LIST + PAGED_RULES, doc=__doc__.splitlines()[0])
+_BUILT: dict[bool, RuleSet] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name != "RULES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    key = quanto_quantize_symmetric() is not None
+    if key not in _BUILT:
+        _BUILT[key] = RuleSet("trtllm", rules() + paged_rules(), doc=__doc__.splitlines()[0])
+    return _BUILT[key]

@@ -15,7 +15,17 @@ import torch
 from graphfuse import Builder, Match, Rule
 from graphfuse import dsl as P
 
-from ._spellings import CASTS, VIEWS, aten, exact_cast, fp8_quant_of, gf, nvfp4_quant_of
+from .._quant import (
+    CASTS,
+    aten,
+    check_scale,
+    check_static_fp8_quant,
+    gf,
+    nvfp4_quant,
+    scale_operand,
+    static_fp8_quant,
+)
+from ._spellings import VIEWS, exact_cast
 
 _RESHAPES = VIEWS + [aten.flatten.using_ints, aten.clone.default, aten.contiguous.default]
 
@@ -56,12 +66,12 @@ def _check_paged_fp8(m: Match) -> Any:
     shaping = _shaping(m)
     if shaping and shaping[0].target in _FLATTEN and len(shaping) > 1:
         return m.fail("a flatten after other reshapes; write the final shape with a view")
-    return m.single_element("out_scale")
+    return check_static_fp8_quant(m)
 
 
 def _rewrite_paged_fp8(m: Match, b: Builder) -> Any:
     """Paged decode attention -> static FP8 quant, as paged_decode_attention_fp8."""
-    fused = b.call(gf.paged_decode_attention_fp8.default, *_args(m), m["out_scale"])
+    fused = b.call(gf.paged_decode_attention_fp8.default, *_args(m), scale_operand(m, b))
     shaping = _shaping(m)
     if not shaping:
         return fused
@@ -72,7 +82,7 @@ def _rewrite_paged_fp8(m: Match, b: Builder) -> Any:
 
 
 def _check_paged_nvfp4(m: Match) -> Any:
-    f = m.single_element("out_global_scale")
+    f = check_scale(m, "out_global_scale")
     if f:
         return f
     if m["swizzle"] is not True:
@@ -92,22 +102,25 @@ def _check_paged_nvfp4(m: Match) -> Any:
 
 def _rewrite_paged_nvfp4(m: Match, b: Builder) -> Any:
     """Paged decode attention -> NVFP4 quant of [B, Hq*D], as paged_decode_attention_nvfp4."""
-    return b.call(gf.paged_decode_attention_nvfp4.default, *_args(m), m["out_global_scale"])
+    scale = scale_operand(m, b, "out_global_scale")
+    return b.call(gf.paged_decode_attention_nvfp4.default, *_args(m), scale)
 
 
-PAGED_RULES = [
-    Rule(
-        "paged_decode_fp8_out",
-        fp8_quant_of(_OUT),
-        _rewrite_paged_fp8,
-        _check_paged_fp8,
-        priority=20,
-    ),
-    Rule(
-        "paged_decode_nvfp4_out",
-        nvfp4_quant_of(_OUT),
-        _rewrite_paged_nvfp4,
-        _check_paged_nvfp4,
-        priority=20,
-    ),
-]
+def paged_rules() -> list[Rule]:
+    """The paged-decode rules, with the quant spellings registered now."""
+    return [
+        Rule(
+            "paged_decode_fp8_out",
+            static_fp8_quant(_OUT),
+            _rewrite_paged_fp8,
+            _check_paged_fp8,
+            priority=20,
+        ),
+        Rule(
+            "paged_decode_nvfp4_out",
+            nvfp4_quant(_OUT),
+            _rewrite_paged_nvfp4,
+            _check_paged_nvfp4,
+            priority=20,
+        ),
+    ]

@@ -10,17 +10,19 @@ import torch
 from graphfuse import Builder, Match, Rule
 from graphfuse import dsl as P
 
-from ._layout import bhsd_layout
-from ._spellings import (
+from .._quant import (
     FP8,
-    OUTPUT_CHAIN,
     aten,
-    attention,
-    eager_fp8_quant_of,
-    fp8_quant_of,
+    check_scale,
+    check_static_fp8_quant,
+    eager_fp8_quant,
     gf,
-    nvfp4_quant_of,
+    nvfp4_quant,
+    scale_operand,
+    static_fp8_quant,
 )
+from ._layout import bhsd_layout
+from ._spellings import OUTPUT_CHAIN, attention
 
 # the fused ops
 _ATTENTION_FP8 = gf.attention_fp8.default
@@ -151,7 +153,7 @@ def check_attention(m: Match) -> Any:
                 n=name,
                 d=dtype,
             )
-        if scale_name in m and (f := m.single_element(scale_name)):
+        if scale_name in m and (f := check_scale(m, scale_name)):
             return f
         shapes.append(shape)
     qs, ks, vs = shapes
@@ -232,9 +234,9 @@ def _op_args(m: Match, b: Builder) -> tuple:
         m["q"],
         m["k"],
         m["v"],
-        get("q_scale"),
-        get("k_scale"),
-        get("v_scale"),
+        scale_operand(m, b, "q_scale"),
+        scale_operand(m, b, "k_scale"),
+        scale_operand(m, b, "v_scale"),
         mask_node,
         causal,
         None if scale is None else float(scale),
@@ -244,16 +246,16 @@ def _op_args(m: Match, b: Builder) -> tuple:
 
 
 def _check_fp8_out(m: Match) -> Any:
-    return check_attention(m) or m.single_element("out_scale") or _check_layout(m)
+    return check_attention(m) or check_static_fp8_quant(m) or _check_layout(m)
 
 
 def _rewrite_fp8_out(m: Match, b: Builder) -> Any:
     """Attention -> static FP8 output quant, fused into graphfuse::attention_fp8."""
-    return b.call(_ATTENTION_FP8, *_op_args(m, b), m["out_scale"])
+    return b.call(_ATTENTION_FP8, *_op_args(m, b), scale_operand(m, b))
 
 
 def _check_nvfp4_out(m: Match) -> Any:
-    f = check_attention(m) or m.single_element("out_global_scale") or _check_layout(m)
+    f = check_attention(m) or check_scale(m, "out_global_scale") or _check_layout(m)
     if f:
         return f
     if m["swizzle"] is not True:
@@ -266,7 +268,7 @@ def _check_nvfp4_out(m: Match) -> Any:
 
 def _rewrite_nvfp4_out(m: Match, b: Builder) -> Any:
     """Attention -> NVFP4 output quant, fused into graphfuse::attention_nvfp4."""
-    return b.call(_ATTENTION_NVFP4, *_op_args(m, b), m["out_global_scale"])
+    return b.call(_ATTENTION_NVFP4, *_op_args(m, b), scale_operand(m, b, "out_global_scale"))
 
 
 def _check_fp8_inputs(m: Match) -> Any:
@@ -289,44 +291,45 @@ def _rewrite_fp8_inputs(m: Match, b: Builder) -> Any:
 
 def _rewrite_quant(m: Match, b: Builder) -> Any:
     """A static FP8 quant spelled with eager ops, as graphfuse::fp8_static_quant."""
-    return b.call(gf.fp8_static_quant.default, m["x"], m["out_scale"])
+    return b.call(gf.fp8_static_quant.default, m["x"], scale_operand(m, b))
 
 
 def _check_quant(m: Match) -> Any:
     if m.val("x").dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return m.fail("x has dtype {d}", d=m.val("x").dtype)
-    return m.single_element("out_scale")
+    return check_static_fp8_quant(m)
 
 
-_ATTN_OUT = P.maybe(OUTPUT_CHAIN, attention(), name="layout")
-
-RULES_LIST = [
-    Rule(
-        "attention_fp8_out",
-        fp8_quant_of(_ATTN_OUT),
-        _rewrite_fp8_out,
-        _check_fp8_out,
-        priority=20,
-    ),
-    Rule(
-        "attention_nvfp4_out",
-        nvfp4_quant_of(_ATTN_OUT),
-        _rewrite_nvfp4_out,
-        _check_nvfp4_out,
-        priority=20,
-    ),
-    Rule(
-        "attention_fp8_inputs",
-        attention(),
-        _rewrite_fp8_inputs,
-        _check_fp8_inputs,
-        priority=10,
-    ),
-    Rule(
-        "fp8_static_quant",
-        eager_fp8_quant_of(P.tensor("x")),
-        _rewrite_quant,
-        _check_quant,
-        priority=0,
-    ),
-]
+def rules() -> list[Rule]:
+    """The rules, with the quant spellings registered now (``static_fp8_quant``)."""
+    attn_out = P.maybe(OUTPUT_CHAIN, attention(), name="layout")
+    return [
+        Rule(
+            "attention_fp8_out",
+            static_fp8_quant(attn_out),
+            _rewrite_fp8_out,
+            _check_fp8_out,
+            priority=20,
+        ),
+        Rule(
+            "attention_nvfp4_out",
+            nvfp4_quant(attn_out),
+            _rewrite_nvfp4_out,
+            _check_nvfp4_out,
+            priority=20,
+        ),
+        Rule(
+            "attention_fp8_inputs",
+            attention(),
+            _rewrite_fp8_inputs,
+            _check_fp8_inputs,
+            priority=10,
+        ),
+        Rule(
+            "fp8_static_quant",
+            eager_fp8_quant(P.tensor("x")),
+            _rewrite_quant,
+            _check_quant,
+            priority=0,
+        ),
+    ]

@@ -1,8 +1,9 @@
 """The spellings real exporters produce, as reusable pattern values.
 
-Each value here is one *meaning* (an FP8 quant, a dequantised FP8 input, a GQA repeat,
-an attention) whose spellings are tagged alternatives, so rules read
-``fp8_quant_of(layout(attention))`` and ``check`` / ``rewrite`` read the tags.
+Each value here is one *meaning* (a dequantised FP8 input, a GQA repeat, an attention)
+whose spellings are tagged alternatives, so rules read
+``static_fp8_quant(layout(attention))`` and ``check`` / ``rewrite`` read the tags. The
+quant sub-patterns, shared with other rule sets, are in ``patterns/_quant.py``.
 """
 
 from __future__ import annotations
@@ -11,13 +12,10 @@ import torch
 
 from graphfuse import dsl as P
 
-aten = torch.ops.aten
-prims = torch.ops.prims
-gf = torch.ops.graphfuse
-FP8 = torch.float8_e4m3fn
+from .._quant import CASTS, FP8, aten, cast, gf, maybe_cast
+
 INF = float("inf")
 
-CASTS = [aten.to.dtype, aten._to_copy.default, prims.convert_element_type.default]
 VIEWS = [aten.view.default, aten.reshape.default, aten._unsafe_view.default]
 # What may stand between a matmul operand and the tensor it multiplies (decomposed matmul).
 OPERAND = VIEWS + [aten.expand.default, aten.clone.default]
@@ -34,61 +32,6 @@ LAYOUT = VIEWS + [
 # Between attention and the quant: layout ops and casts (``attn.to(float32)``; after
 # run_decompositions() the bf16 -> fp32 -> bf16 round trip of SDPA's math form).
 OUTPUT_CHAIN = LAYOUT + CASTS
-
-
-def cast(x: P.Pattern, dtype: object = P._) -> P.Pattern:
-    """``x.to(dtype)`` in any of its spellings."""
-    return P.alt(
-        to=P.op(aten.to.dtype, x, dtype),
-        copy=P.op(aten._to_copy.default, x, dtype=dtype),
-        convert=P.op(prims.convert_element_type.default, x, dtype),
-    )
-
-
-def maybe_cast(x: P.Pattern) -> P.Pattern:
-    return P.maybe(CASTS, x)
-
-
-# --------------------------------------------------------------------------- FP8 quant
-
-
-def _scaled_by_inverse(x: P.Pattern, s: P.Pattern) -> P.Pattern:
-    recip = P.op(aten.reciprocal.default, s)
-    inverse = recip | P.op(aten.mul.Tensor, recip, 1, commutative=True)
-    return P.alt(
-        "quant_spelling",
-        div=P.op(aten.div.Tensor, x, s),
-        mul=P.op(aten.mul.Tensor, x, inverse, commutative=True),
-    )
-
-
-def _clamped(x: P.Pattern) -> P.Pattern:
-    return P.alt(
-        clamp=P.op(aten.clamp.default, x, -448, 448),
-        min_max=P.op(aten.clamp_max.default, P.op(aten.clamp_min.default, x, -448), 448),
-        max_min=P.op(aten.clamp_min.default, P.op(aten.clamp_max.default, x, 448), -448),
-        core_min_max=P.op(aten.clamp.default, P.op(aten.clamp.default, x, -448), None, 448),
-    )
-
-
-def eager_fp8_quant_of(x: P.Pattern) -> P.Pattern:
-    """``(x / s).clamp(-448, 448).to(fp8)`` in every eager spelling docs/numerics.md lists
-    (``x`` possibly cast first), dequant scale ``out_scale``."""
-    return cast(_clamped(_scaled_by_inverse(maybe_cast(x), P.tensor("out_scale"))), FP8)
-
-
-def fp8_quant_of(x: P.Pattern) -> P.Pattern:
-    """Static per-tensor FP8 quantization of ``x`` with dequant scale ``out_scale``: an
-    eager spelling or the op ``graphfuse::fp8_static_quant`` (tag ``sink``)."""
-    op = P.op(gf.fp8_static_quant.default, maybe_cast(x), P.tensor("out_scale"))
-    return P.alt("sink", eager=eager_fp8_quant_of(x), op=op)
-
-
-def nvfp4_quant_of(x: P.Pattern) -> P.Pattern:
-    """``graphfuse::nvfp4_quant(x, g, swizzle)`` (both outputs stay with the op node)."""
-    return P.op(
-        gf.nvfp4_quant.default, maybe_cast(x), P.tensor("out_global_scale"), P.any("swizzle")
-    )
 
 
 # --------------------------------------------------------------------------- inputs
