@@ -8,10 +8,11 @@ from typing import Any
 
 from torch import fx
 
-from ..errors import FixpointError
-from ..match import Match, Tracer, match_rule
+from ..errors import FixpointError, RewriteError
+from ..match import Failure, Match, Tracer, match_rule
 from ..rewrite import FakePropagator, apply_match
 from ..rules import Rule, RuleSet
+from .hops import hidden_matches
 from .report import NearMiss, Report, near_miss
 
 Progress = Callable[[int, int], None]
@@ -94,7 +95,10 @@ def run_rules(
                 if dry_run:
                     consumed |= res.node_set
                 else:
-                    created = apply_match(res, graph, fake, escape_checked=True)
+                    try:
+                        created = apply_match(res, graph, fake, escape_checked=True)
+                    except RewriteError as exc:  # the graph is as it was: a near miss, go on
+                        created = Failure("check", (_rewrite_failed(exc, rule),), res.root)
                     if isinstance(created, list):
                         full_sweep = full_sweep or any(rules.mentions(n.target) for n in created)
                     else:  # no longer safe: retried next sweep
@@ -125,7 +129,17 @@ def run_rules(
             f"(rules {', '.join(sorted(set(fired)))} keep firing); do they undo each other?"
         )
     report.near_misses = [nm for nm, node in misses.values() if not node._erased]
+    if explain:
+        report.near_misses += hidden_matches(graph, rules)
     return report
+
+
+def _rewrite_failed(exc: RewriteError, rule: Rule) -> str:
+    """The near-miss sentence for a rewrite that raised (its ``rule R at N:`` prefix off)."""
+    msg = str(exc)
+    if msg.startswith(f"rule {rule.name}"):
+        msg = msg.split(": ", 1)[-1]
+    return f"the rewrite failed, so the match was left as it is: {msg}"
 
 
 def timed(report: Report, phase: str, start: float) -> float:

@@ -1,7 +1,8 @@
 """A broken rewrite (it raises, builds a value of another shape or dtype, returns the wrong
-number of nodes or a node of another graph, or reads a node its match removes) raises
-``RewriteError`` with one line naming the rule and the node, and leaves the graph as it
-was: every node it created is erased again, the program handed to ``apply`` is untouched."""
+number of nodes or a node of another graph, or reads a node its match removes) leaves the
+graph as it was (every node it created is erased again, the program handed to ``apply`` is
+untouched) and skips its match with a near miss whose one line says what broke; the other
+matches are rewritten. ``apply_match`` itself raises ``RewriteError``."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from torch import fx
 import graphfuse
 from graphfuse import dsl as P
 from graphfuse.io import copy_graph
+from graphfuse.match import match_rule
+from graphfuse.rewrite import FakePropagator, apply_match
 from graphfuse.run import run_rules
-from tests._models import Silu, export, graph_code, rules
+from tests._models import Silu, export, graph_code, rules, targets
 
 aten = torch.ops.aten
 X = P.tensor("x")
@@ -70,23 +73,61 @@ def _foreign(m, b):
         (_foreign, "rule bad at mul: the rewrite returned elsewhere, a node of another graph"),
     ],
 )
-def test_broken_rewrites_raise_and_leave_the_graph_alone(rewrite, message):
+def test_broken_rewrites_leave_the_graph_alone_with_a_near_miss(rewrite, message):
     ep = export(Silu(), (torch.randn(3, 8),))
     rs = rules(graphfuse.Rule("bad", SILU, rewrite))
     graph = copy_graph(ep)
     before = graph.python_code("self").src
     names = sorted(graph._graph_namespace._used_names)
     n_nodes = len(graph.nodes)
-    with pytest.raises(graphfuse.RewriteError) as err:
-        run_rules(graph, rs)
-    assert str(err.value) == message
+    report = run_rules(graph, rs)
+    assert report.counts == {"bad": 0}
+    (miss,) = report.near_misses
+    prefix = message.split(": ", 1)[0]  # "rule bad at mul" or "rule bad"
+    assert miss.rule == "bad" and miss.node == "mul"
+    assert miss.reason.endswith(message.split(": ", 1)[1]), miss.reason
+    assert miss.reason.startswith("the rewrite failed") and prefix not in miss.reason
     assert graph.python_code("self").src == before and len(graph.nodes) == n_nodes
     graph.lint()
     # (the names the erased nodes took stay taken, as fx's erase_node leaves them)
     assert set(names) <= graph._graph_namespace._used_names
-    with pytest.raises(graphfuse.RewriteError, match="^rule bad"):
-        graphfuse.apply(ep, rs)
+    result = graphfuse.apply(ep, rs)
+    assert result.report.counts == {"bad": 0} and len(result.report.near_misses) == 1
     assert graph_code(ep) == before
+    # the rewriter itself raises, with the rule and the node
+    fresh = copy_graph(ep)
+    (rule,) = rs
+    m = match_rule(rule, next(n for n in fresh.nodes if n.name == "mul"))
+    with pytest.raises(graphfuse.RewriteError) as err:
+        apply_match(m, fresh, FakePropagator())
+    assert str(err.value) == message
+    assert fresh.python_code("self").src == before
+
+
+def test_a_broken_rewrite_skips_only_its_own_match():
+    """Two SiLUs, a rewrite that fails on the first only: the second is still rewritten."""
+
+    class TwoSilus(torch.nn.Module):
+        def forward(self, x, y):
+            return x * torch.sigmoid(x), y * torch.sigmoid(y)
+
+    def rewrite(m, b):
+        if m["x"].name == "x":
+            raise ValueError("not this one")
+        return b.call(aten.silu.default, m["x"])
+
+    ep = export(TwoSilus(), (torch.randn(3, 8), torch.randn(3, 8)))
+    result = graphfuse.apply(ep, rules(graphfuse.Rule("half", SILU, rewrite)))
+    assert result.report.counts == {"half": 1}
+    (miss,) = result.report.near_misses
+    assert miss.node == "mul" and miss.reason == (
+        "the rewrite failed, so the match was left as it is: "
+        "the rewrite raised ValueError: not this one"
+    )
+    assert targets(result.program).count(aten.silu.default) == 1
+    x, y = torch.randn(3, 8), torch.randn(3, 8)
+    want, got = ep.module()(x, y), result.program.module()(x, y)
+    assert all(torch.allclose(a, b) for a, b in zip(want, got))
 
 
 def test_a_raising_check_names_the_rule_and_the_node() -> None:
