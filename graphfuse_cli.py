@@ -141,10 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
         "patterns",
         "list rule sets and their rules",
         "List rule sets (every bundled one, or those given with -p) with their rules,\n"
-        "one-line docs and the file:line where each rule is defined.",
-        "  graphfuse patterns\n  graphfuse patterns -p my_rules.py --json",
+        "one-line docs and the file:line where each rule is defined. With --show RULE:\n"
+        "that rule's pattern as an indented tree, its check and where it is defined.",
+        "  graphfuse patterns\n"
+        "  graphfuse patterns -p my_rules.py --json\n"
+        "  graphfuse patterns --show fp8_static_quant\n"
+        "  graphfuse patterns -p my_rules.py --show rmsnorm",
     )
     _rules_option(p, "list these rule sets (default: every bundled one)")
+    p.add_argument(
+        "--show", metavar="RULE", help="one rule: its pattern as a tree, its check, its source"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     _command(

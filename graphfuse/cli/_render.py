@@ -185,6 +185,57 @@ def render_patterns(console: Console, sets: list[dict[str, Any]]) -> None:
                 console.print(Padding(Text(rule["doc"]), (0, 0, 0, 4)))
 
 
+def render_rule(console: Console, info: dict[str, Any]) -> None:
+    """``graphfuse patterns --show RULE``: where the rule is defined, its pattern as a
+    tree, its check (with source) and its rewrite."""
+    from . import _tree
+
+    console.print(
+        Text(info["rule"], style="bold green"),
+        f"(rule set {info['rule_set']}, priority {info['priority']})",
+    )
+    console.print(f"defined at {info['location']}")
+    if info["doc"]:
+        console.print(Text(info["doc"]))
+    console.print()
+    trees = info["trees"]
+    console.print(Text(f"Pattern, rooted at {', '.join(info['roots'])}", style="bold"))
+    for i, tree in enumerate(trees):
+        if len(trees) > 1:
+            where = "the anchor" if i == 0 else "found among the users of the nodes above"
+            console.print(f"  root {i + 1} ({where}):")
+        for line in _tree.shown([tree], console.width, indent=2 + 2 * (len(trees) > 1)):
+            console.print(Text(line), overflow="ignore", crop=False)
+    console.print()
+    check = info["check"]
+    if check is None:
+        console.print(Text("Check: none", style="bold"))
+    else:
+        head = Text("Check: ", style="bold")
+        head.append(check["name"] + (f"  {check['location']}" if check["location"] else ""))
+        console.print(head)
+        _print_source(console, check["source"])
+    console.print(
+        Text(
+            "Also checked: a name bound twice binds one value; no matched node but the "
+            "root(s) is used outside the match.",
+            style="dim",
+        )
+    )
+    console.print()
+    rewrite = info["rewrite"]
+    head = Text("Rewrite: ", style="bold")
+    head.append(rewrite["name"] + (f"  {rewrite['location']}" if rewrite["location"] else ""))
+    console.print(head)
+
+
+def _print_source(console: Console, lines: list[str], limit: int = 40) -> None:
+    for line in lines[:limit]:
+        console.print(Text("  " + line, style="dim"), overflow="ignore", crop=False)
+    if len(lines) > limit:
+        console.print(Text(f"  ... {len(lines) - limit} more line(s)", style="dim"))
+
+
 def render_demo(console: Console, cases: list[Any]) -> None:
     """``graphfuse demo``: per case, what fired, node counts, agreement and speed."""
     for k, case in enumerate(cases):

@@ -6,9 +6,13 @@ import io
 from types import SimpleNamespace
 
 import pytest
+import torch
 from rich.console import Console
 
-from graphfuse.cli import _render
+from graphfuse import dsl as P
+from graphfuse.cli import _render, _tree
+
+aten = torch.ops.aten
 
 SUMMARY = {
     "inputs": [
@@ -92,10 +96,48 @@ CASES = [
         region_after=["attention_fp8"],
     )
 ]
+_X = P.tensor("x", dtype=torch.float32)
+_RECIP = P.op(aten.reciprocal, P.tensor("s"))
+_SCALED = P.alt(
+    "spelling",
+    div=P.op(aten.div.Tensor, _X, P.tensor("s")),
+    mul=P.op(aten.mul.Tensor, _X, _RECIP | P.op(aten.mul.Tensor, _RECIP, 1), commutative=True),
+)
+QUANT = P.op(
+    aten.to.dtype,
+    P.op(aten.clamp, P.maybe([aten.clone, aten.alias], _SCALED, name="copies"), -448, 448),
+    torch.float8_e4m3fn,
+)
+RULE = {
+    "rule": "my_quant",
+    "rule_set": "mine",
+    "location": "my_rules.py:14",
+    "priority": 0,
+    "doc": "(x / s).clamp(-448, 448).to(fp8) as graphfuse::fp8_static_quant.",
+    "roots": ["aten.to.dtype"],
+    "trees": _tree.rule_trees((QUANT,)),
+    "check": {
+        "name": "check_scale",
+        "location": "my_rules.py:20",
+        "source": ["def check_scale(m):", '    return m.single_element("s")'],
+    },
+    "rewrite": {"name": "quant", "location": "my_rules.py:24", "source": []},
+}
 RENDERS = {
     "summary": lambda c: _render.render_summary(c, "model.pt2", SUMMARY, top=2),
     "node": lambda c: _render.render_node(c, NODE),
     "diff": lambda c: _render.render_diff(c, "a.pt2", "b.pt2", DIFF),
+    "rule": lambda c: _render.render_rule(c, RULE),
+    "rule_traced": lambda c: _render.render_rule(
+        c,
+        {
+            **RULE,
+            "doc": "",
+            "trees": _tree.rule_trees((P.op(aten.gelu, _X, approximate="tanh"), _X)),
+            "check": None,
+            "rewrite": {"name": "the traced replacement (traced_rule)", "location": ""},
+        },
+    ),
     "counts": lambda c: _render.render_counts(
         c, "trtllm", {"attention_fp8_out": 2, "fp8_static_quant": 0}, False
     ),
@@ -175,6 +217,57 @@ Appeared
  graphfuse.attention_fp8.default (fused)      +1
 
 fused ops appeared: 1
+""",
+    "rule": """\
+my_quant (rule set mine, priority 0)
+defined at my_rules.py:14
+(x / s).clamp(-448, 448).to(fp8) as graphfuse::fp8_static_quant.
+
+Pattern, rooted at aten.to.dtype
+  aten.to.dtype
+    aten.clamp
+      maybe [aten.clone, aten.alias]  name='copies'
+        alt 'spelling'
+          div: aten.div.Tensor
+            P.tensor('x', dtype=torch.float32)
+            P.tensor('s')
+          mul: aten.mul.Tensor  commutative
+            P.tensor('x', dtype=torch.float32)
+            alt
+              | aten.reciprocal  [1]
+                P.tensor('s')
+              | aten.mul.Tensor
+                aten.reciprocal  [1] as above
+                1
+      -448
+      448
+    torch.float8_e4m3fn
+
+Check: check_scale  my_rules.py:20
+  def check_scale(m):
+      return m.single_element("s")
+Also checked: a name bound twice binds one value; no matched node but the
+root(s) is used outside the match.
+
+Rewrite: quant  my_rules.py:24
+""",
+    "rule_traced": """\
+my_quant (rule set mine, priority 0)
+defined at my_rules.py:14
+
+Pattern, rooted at aten.to.dtype
+  root 1 (the anchor):
+    aten.gelu
+      P.tensor('x', dtype=torch.float32)
+      approximate='tanh'
+  root 2 (found among the users of the nodes above):
+    P.tensor('x', dtype=torch.float32)
+
+Check: none
+Also checked: a name bound twice binds one value; no matched node but the
+root(s) is used outside the match.
+
+Rewrite: the traced replacement (traced_rule)
 """,
     "counts": """\
 Rule set trtllm
@@ -270,3 +363,15 @@ def test_lines_fit_80_columns() -> None:
     for name, fn in RENDERS.items():
         for line in _render_text(fn).splitlines():
             assert len(line) <= 80, (name, line)
+
+
+def test_tree_wraps_long_labels_at_separators() -> None:
+    chain = P.maybe([aten.view, aten.reshape, aten._unsafe_view, aten.clone], _X, name="layout")
+    lines = _tree.shown(_tree.rule_trees((P.op(aten.relu, chain),)), 40)
+    assert lines == [
+        "aten.relu",
+        "  maybe [aten.view, aten.reshape,",
+        "      aten._unsafe_view, aten.clone]",
+        "      name='layout'",
+        "    P.tensor('x', dtype=torch.float32)",
+    ]
