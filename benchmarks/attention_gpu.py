@@ -24,8 +24,9 @@ from benchmarks.common import result_path, write_json
 from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.paged_ref import paged_decode_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
-from graphfuse.triton.attention_ops import run as dense_run
-from graphfuse.triton.paged import paged_into
+from graphfuse.triton.decode.config import decode_config
+from graphfuse.triton.decode.paged import paged_into
+from graphfuse.triton.ops import attention_run as dense_run
 from tests.gpu._accept import fp8_stats, nvfp4_stats  # (the GPU tests' statistics, recorded)
 
 FP8 = torch.float8_e4m3fn
@@ -171,25 +172,20 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool) -> dict:
     def fused(kind, cfg):
         def mk(st):
             qq, cc, tt, ll, kk, vv = st
+            args = (qq, cc, tt, ll, None, kk, vv, None)
             if kind == 1:
-                return lambda: paged_into(qq, cc, tt, ll, None, kk, vv, None, o8, 1, s_o, **cfg)
-            return lambda: paged_into(qq, cc, tt, ll, None, kk, vv, None, pk, 2, g, sf, **cfg)
+                return lambda: paged_into(*args, o8, 1, s_o, config=cfg)
+            return lambda: paged_into(*args, pk, 2, g, sf, config=cfg)
 
         return [mk(st) for st in sets]
 
-    # config sweep (FP8 out), CUDA-graph timed
+    # config sweep (FP8 out), CUDA-graph timed: the table's choice, then every row of the
+    # paged decode table (graphfuse.triton.decode.config) forced on this shape
     configs = [{}]  # the kernel's defaults
     if sweep:
-        from graphfuse.triton.decode import _sm_count, choose_splits
+        from graphfuse.triton.decode.config import CLASSES, KNOBS
 
-        auto = choose_splits(b, hkv, ctx, _sm_count(q.device), 64)  # noqa: F841
-        configs = [
-            {},
-            dict(block_n=64),
-            dict(block_n=128),
-            dict(num_stages=4),
-            dict(block_n=64, num_stages=1, prefetch=True, splits=max(1, auto * 2)),
-        ]
+        configs += [dict(zip(KNOBS, knobs)) for paged, _, _, knobs in CLASSES if paged]
     cfg_times = {}
     for i, cfg in enumerate(configs):
         try:
@@ -199,11 +195,11 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool) -> dict:
     best = configs[min(cfg_times, key=cfg_times.get)]
     # numerics with the chosen config (poisoned outputs)
     o8.view(torch.uint8).fill_(0xFF)
-    paged_into(q, cache, tables, lens, None, ks, vs, None, o8, 1, s_o, **best)
+    paged_into(q, cache, tables, lens, None, ks, vs, None, o8, 1, s_o, config=best)
     st8 = fp8_stats(o8, fp8_static_quant_ref(wide, s_o), wide, s_o.item())
     pk.fill_(0xA5)
     sf.view(torch.uint8).fill_(0xFF)
-    paged_into(q, cache, tables, lens, None, ks, vs, None, pk, 2, g, sf, **best)
+    paged_into(q, cache, tables, lens, None, ks, vs, None, pk, 2, g, sf, config=best)
     w2 = wide.reshape(b, hq * d)
     rp, rs = nvfp4_quant_ref(w2, g, swizzle=True)
     st4 = nvfp4_stats(pk, sf, rp, rs, w2, g)
@@ -235,7 +231,7 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool) -> dict:
     return {
         "row": f"decode B={b} ctx={ctx} {hq}/{hkv} heads, paged FP8 KV (block 16)",
         "sdpa_backend": sname,
-        "config": best,
+        "config": decode_config(True, b, hkv, ctx, best),
         "config_sweep_ms": {str(configs[i]): v for i, v in cfg_times.items()},
         "ms": t,
         "floor_ms_fp8_kv": floor_ms,

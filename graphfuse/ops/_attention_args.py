@@ -10,28 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_input_dtype, check_scale, fail
+
 CAUSAL_MODES = ("none", "top_left", "bottom_right")
 LAYOUTS = ("bhsd", "bshd", "bs(hd)", "(bs)(hd)")
 PRECISIONS = ("default", "fast")
-INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn)
-WIDE_OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _fail(op: str, msg: str) -> None:
-    raise RuntimeError(f"graphfuse::{op}: {msg}")
-
-
-def _check_scale(op: str, name: str, s: torch.Tensor | None) -> None:
-    if s is None:
-        return
-    if s.numel() != 1 or s.dim() > 2:
-        _fail(
-            op,
-            f"{name} must hold exactly one element (shape [], [1] or [1, 1]), got shape "
-            f"{list(s.shape)}",
-        )
-    if not s.dtype.is_floating_point:
-        _fail(op, f"{name} must be a floating tensor, got {s.dtype}")
 
 
 def check_attention_args(
@@ -59,49 +42,45 @@ def check_attention_args(
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
-            _fail(op, f"{name} must be 4-D [B, H, S, D], got shape {list(t.shape)}")
-        if t.dtype not in INPUT_DTYPES:
-            _fail(
-                op,
-                f"unsupported {name} dtype {t.dtype} (float32, bfloat16, float16, float8_e4m3fn)",
-            )
+            fail(op, f"{name} must be 4-D [B, H, S, D], got shape {list(t.shape)}")
+        check_input_dtype(op, name, t)
     for name, t, s in (("q", q, q_scale), ("k", k, k_scale), ("v", v, v_scale)):
         if t.dtype == torch.float8_e4m3fn and s is None:
-            _fail(op, f"{name} is float8_e4m3fn but {name}_scale is None")
-        _check_scale(op, f"{name}_scale", s)
+            fail(op, f"{name} is float8_e4m3fn but {name}_scale is None")
+        check_scale(op, f"{name}_scale", s)
     devices = {t.device for t in (q, k, v, attn_mask) if t is not None}
     if len(devices) > 1:
-        _fail(op, f"q, k, v and attn_mask must be on one device, got {sorted(map(str, devices))}")
+        fail(op, f"q, k, v and attn_mask must be on one device, got {sorted(map(str, devices))}")
     b, hq, sq, d = q.shape
     if tuple(k.shape) != tuple(v.shape):
-        _fail(op, f"k and v must have the same shape, got {list(k.shape)} and {list(v.shape)}")
+        fail(op, f"k and v must have the same shape, got {list(k.shape)} and {list(v.shape)}")
     bk, hkv, skv, dk = k.shape
     if bk != b or dk != d:
-        _fail(
+        fail(
             op,
             f"k/v shape {list(k.shape)} does not match q shape {list(q.shape)} "
             "(batch and head_dim must agree)",
         )
     if hkv == 0 or hq % hkv != 0:
-        _fail(op, f"Hq={hq} must be a multiple of Hkv={hkv}")
+        fail(op, f"Hq={hq} must be a multiple of Hkv={hkv}")
     if causal not in CAUSAL_MODES:
-        _fail(op, f"unknown causal {causal!r} (one of {', '.join(CAUSAL_MODES)})")
+        fail(op, f"unknown causal {causal!r} (one of {', '.join(CAUSAL_MODES)})")
     if layout not in LAYOUTS:
-        _fail(op, f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
+        fail(op, f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
     if precision not in PRECISIONS:
-        _fail(op, f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
+        fail(op, f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
     if attn_mask is not None:
         if attn_mask.dtype != torch.bool and not attn_mask.dtype.is_floating_point:
-            _fail(op, f"attn_mask must be bool or floating, got {attn_mask.dtype}")
+            fail(op, f"attn_mask must be bool or floating, got {attn_mask.dtype}")
         if attn_mask.dtype == torch.float8_e4m3fn:
-            _fail(op, "attn_mask of dtype float8_e4m3fn is not supported")
+            fail(op, "attn_mask of dtype float8_e4m3fn is not supported")
         target = (b, hq, sq, skv)
         shape = tuple(attn_mask.shape)
         ok = len(shape) <= 4 and all(
             m == 1 or m == t for m, t in zip(shape[::-1], target[::-1], strict=False)
         )
         if not ok:
-            _fail(
+            fail(
                 op,
                 f"attn_mask of shape {list(shape)} is not broadcastable to "
                 f"[B, Hq, Sq, Skv] = {list(target)}",
@@ -110,7 +89,7 @@ def check_attention_args(
 
 def check_out_scale(op: str, name: str, s: torch.Tensor) -> None:
     """Check the output scale (``out_scale`` / ``out_global_scale``) has one element."""
-    _check_scale(op, name, s)
+    check_scale(op, name, s)
 
 
 def out_shape(layout: str, b, h, s, d) -> list:
@@ -131,9 +110,3 @@ def nvfp4_rows_cols(layout: str, b, h, s, d) -> tuple:
     for x in shape[:-1]:
         m = m * x
     return m, shape[-1]
-
-
-def check_nvfp4_head_dim(op: str, d) -> None:
-    """NVFP4 output needs head_dim % 16 == 0 (a block of 16 never spans two heads)."""
-    if d % 16 != 0:
-        _fail(op, f"NVFP4 output needs head_dim D % 16 == 0, got D={d}")

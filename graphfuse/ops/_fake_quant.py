@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .quant_ref import round_up
+from .quant_ref import nvfp4_scale_shape
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -40,19 +40,11 @@ def _nvfp4_quant_fake(
     torch._check(k % 16 == 0, lambda: f"{op}: K={k} must be a multiple of 16")
     m = math.prod(x.shape[:-1])
     packed = x.new_empty((m, k // 2), dtype=torch.uint8)
-    kb = k // 16
-    shape = (round_up(m, 128), round_up(kb, 4)) if swizzle else (m, kb)
-    return packed, x.new_empty(shape, dtype=torch.float8_e4m3fn)
+    return packed, x.new_empty(nvfp4_scale_shape(m, k, swizzle), dtype=torch.float8_e4m3fn)
 
 
 @torch.library.register_fake("graphfuse::nvfp4_dequant")
-def _nvfp4_dequant_fake(
-    packed: torch.Tensor,
-    block_scale: torch.Tensor,
-    global_scale: torch.Tensor,
-    dtype: torch.dtype,
-    swizzled: bool = True,
-) -> torch.Tensor:
+def _nvfp4_dequant_fake(packed, block_scale, global_scale, dtype, swizzled=True):
     op = "graphfuse::nvfp4_dequant"
     _check_scale(op, "global_scale", global_scale)
     torch._check(packed.dim() == 2, lambda: f"{op}: packed must be 2-D")

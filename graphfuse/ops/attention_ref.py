@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ._attention_args import (
-    WIDE_OUT_DTYPES,
-    check_attention_args,
-    check_nvfp4_head_dim,
-    check_out_scale,
-)
+from ._attention_args import check_attention_args, check_out_scale
+from ._checks import check_nvfp4_head_dim, check_wide_out
 from .quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
 
 __all__ = ["attention_fp32", "attention_ref", "attention_fp8_ref", "attention_nvfp4_ref"]
@@ -127,8 +123,7 @@ def attention_ref(
     Returns:
         The output in ``layout`` and ``out_dtype``.
     """
-    if out_dtype not in WIDE_OUT_DTYPES:
-        raise RuntimeError(f"graphfuse::attention: unsupported out_dtype {out_dtype}")
+    check_wide_out("attention", out_dtype)
     wide = attention_fp32(
         q, k, v, q_scale, k_scale, v_scale, attn_mask, causal, scale, layout, precision
     )

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from ._fake_paged import WIDE_OUT_DTYPES, check_paged_args
+from ._checks import check_nvfp4_head_dim, check_wide_out
+from ._fake_paged import check_paged_args
 from .attention_ref import attention_fp32
 
 __all__ = [
@@ -85,8 +86,7 @@ def paged_decode_attention_ref(
     q, kv_cache, block_tables, seq_lens, q_scale, k_scale, v_scale, scale, out_dtype
 ) -> torch.Tensor:
     """Reference of ``graphfuse::paged_decode_attention``: the fp32 output rounded once."""
-    if out_dtype not in WIDE_OUT_DTYPES:
-        raise RuntimeError(f"graphfuse::paged_decode_attention: unsupported out_dtype {out_dtype}")
+    check_wide_out("paged_decode_attention", out_dtype)
     wide = paged_decode_fp32(q, kv_cache, block_tables, seq_lens, q_scale, k_scale, v_scale, scale)
     return wide.to(out_dtype)
 
@@ -111,9 +111,6 @@ def paged_decode_attention_nvfp4_ref(
     from .quant_ref import nvfp4_quant_ref
 
     b, hq, d = q.shape
-    if d % 16:
-        raise RuntimeError(
-            f"graphfuse::paged_decode_attention_nvfp4: NVFP4 output needs D % 16 == 0, got D={d}"
-        )
+    check_nvfp4_head_dim("paged_decode_attention_nvfp4", d)
     wide = paged_decode_fp32(q, kv_cache, block_tables, seq_lens, q_scale, k_scale, v_scale, scale)
     return nvfp4_quant_ref(wide.reshape(b, hq * d), out_global_scale, swizzle=True)

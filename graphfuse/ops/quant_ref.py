@@ -115,6 +115,12 @@ def round_up(a, b: int):
     return (a + b - 1) // b * b
 
 
+def nvfp4_scale_shape(m, k, swizzle: bool = True) -> tuple:
+    """Shape of the block scales of an ``[m, k]`` NVFP4 tensor (ints or SymInts): swizzled
+    ``[round_up(m, 128), round_up(k/16, 4)]`` or linear ``[m, k/16]``."""
+    return (round_up(m, 128), round_up(k // 16, 4)) if swizzle else (m, k // 16)
+
+
 def swizzle_block_scales(linear: torch.Tensor) -> torch.Tensor:
     """Linear ``[M, K/16]`` block scales -> swizzled ``[round_up(M,128), round_up(K/16,4)]``.
 

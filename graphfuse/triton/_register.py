@@ -1,7 +1,7 @@
-"""Registers the Triton kernels for the CUDA dispatch key, lazily.
+"""Registers the CUDA impls of every ``graphfuse::`` op (``ops.py``), lazily.
 
 Importing this module imports neither Triton nor the kernel modules and never initialises
-CUDA: each registered impl imports its kernel module on first call.
+CUDA: each registered impl imports ``graphfuse.triton.ops`` (its ``IMPLS``) on its first call.
 """
 
 from __future__ import annotations
@@ -11,41 +11,29 @@ from collections.abc import Callable
 
 import torch
 
-# op name -> (kernel module under graphfuse.triton, function name)
-_IMPLS = {
-    "fp8_static_quant": ("quant", "fp8_static_quant"),
-    "fp8_dequant": ("quant", "fp8_dequant"),
-    "nvfp4_quant": ("quant", "nvfp4_quant"),
-    "nvfp4_dequant": ("quant", "nvfp4_dequant"),
-    "attention": ("attention_ops", "attention"),
-    "attention_fp8": ("attention_ops", "attention_fp8"),
-    "attention_nvfp4": ("attention_ops", "attention_nvfp4"),
-    "paged_decode_attention": ("paged", "paged_decode_attention"),
-    "paged_decode_attention_fp8": ("paged", "paged_decode_attention_fp8"),
-    "paged_decode_attention_nvfp4": ("paged", "paged_decode_attention_nvfp4"),
-}
+from graphfuse.ops._library import SCHEMAS
 
 _LIB = torch.library.Library("graphfuse", "IMPL")
 
 
-def _lazy(module: str, name: str) -> Callable:
+def _lazy(name: str) -> Callable:
     target: list[Callable] = []
 
     def impl(*args, **kwargs):
         if not target:
             try:
-                mod = importlib.import_module(f"graphfuse.triton.{module}")
+                mod = importlib.import_module("graphfuse.triton.ops")
             except ImportError as exc:
                 raise RuntimeError(
                     f"graphfuse::{name}: the CUDA kernel needs Triton, which failed to import "
                     f"({exc}); install triton to run graphfuse ops on CUDA"
                 ) from exc
-            target.append(getattr(mod, name))
+            target.append(mod.IMPLS[name])
         return target[0](*args, **kwargs)
 
     impl.__name__ = f"{name}_cuda"
     return impl
 
 
-for _op, (_module, _fn) in _IMPLS.items():
-    _LIB.impl(_op, _lazy(_module, _fn), "CUDA")
+for _op in SCHEMAS:
+    _LIB.impl(_op, _lazy(_op), "CUDA")

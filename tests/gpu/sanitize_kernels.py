@@ -55,19 +55,19 @@ def main() -> None:
     ops.paged_decode_attention(*pa, torch.bfloat16)
     ops.paged_decode_attention_fp8(*pa, s)
     ops.paged_decode_attention_nvfp4(*pa, s * 1e4)
-    from graphfuse.triton.paged import paged_into
+    from graphfuse.triton.decode.paged import paged_into
 
     o = torch.empty(3, 8, 128, device=dev, dtype=FP8)
-    paged_into(*pa, o, 1, s, splits=1)
-    paged_into(*pa, o, 1, s, splits=5)
-    from graphfuse.ops._fake_paged import nvfp4_out_shapes
+    for cfg in ({"splits": 1}, {"splits": 5}, {"splits": 5, "prefetch": True}):
+        paged_into(*pa, o, 1, s, config=cfg)
+    from graphfuse.ops._checks import nvfp4_shapes
 
-    pshape, sshape = nvfp4_out_shapes(3, 8, 128)
+    pshape, sshape = nvfp4_shapes(3, 8 * 128)
     pk = torch.empty(pshape, device=dev, dtype=torch.uint8)
     sf = torch.empty(sshape, device=dev, dtype=FP8)
-    for kernel in ("head", "seq"):
-        for splits in (1, 5):
-            paged_into(*pa, pk, 2, s * 1e4, sf, splits=splits, kernel=kernel)
+    for splits in (1, 5):
+        for prefetch in (False, True):
+            paged_into(*pa, pk, 2, s * 1e4, sf, config={"splits": splits, "prefetch": prefetch})
     if torch.cuda.get_device_capability() == (9, 0):
         _warp_specialised(s)
     torch.cuda.synchronize()
@@ -75,15 +75,15 @@ def main() -> None:
 
 
 def _warp_specialised(s: torch.Tensor) -> None:
-    """The warp-specialised Hopper prefill kernel (``attention_ws.py``): both memory orders,
+    """The warp-specialised Hopper prefill kernel (``prefill/gluon_kernel.py``): both memory orders,
     GQA, K and V in different memory orders (the launcher's contiguous copy), every causal
     form, 16-bit, FP8 and NVFP4 out, FP8 inputs; each call counted."""
-    from graphfuse.triton import attention_ws
-    from graphfuse.triton.attention_ops import run
+    from graphfuse.triton.ops import attention_run as run
+    from graphfuse.triton.prefill import launch
 
     calls = []
-    real = attention_ws.attention_ws_into
-    attention_ws.attention_ws_into = lambda *a, **k: calls.append(1) or real(*a, **k)
+    real = launch.gluon_attention_into
+    launch.gluon_attention_into = lambda *a, **k: calls.append(1) or real(*a, **k)
     dev = "cuda"
 
     def make(h, sq, d, dt, mem):
@@ -112,7 +112,7 @@ def _warp_specialised(s: torch.Tensor) -> None:
         run(*a, o8, 1, s)
         torch.ops.graphfuse.attention_nvfp4(*a, s * 1e4)
         n += 3
-    attention_ws.attention_ws_into = real
+    launch.gluon_attention_into = real
     assert len(calls) == n, (len(calls), n)
 
 

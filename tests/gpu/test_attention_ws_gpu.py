@@ -1,4 +1,4 @@
-"""The warp-specialised Hopper prefill kernel (``graphfuse/triton/attention_ws.py``) against
+"""The warp-specialised Hopper prefill kernel (``graphfuse/triton/prefill/gluon_kernel.py``) against
 the fp64 reference: bf16 / fp16 / FP8 inputs (FP8 with dequant scales), 16-bit, FP8 and
 NVFP4 outputs (poisoned first), both input memory orders, GQA, every causal form,
 Sq != Skv, custom softmax scales; the calls must reach it (counted), and it must be
@@ -32,16 +32,16 @@ FP8 = torch.float8_e4m3fn
 @pytest.fixture
 def ws_calls(monkeypatch):
     """Counts the launches of the warp-specialised kernel."""
-    from graphfuse.triton import attention_ws
+    from graphfuse.triton.prefill import launch
 
     calls = []
-    real = attention_ws.attention_ws_into
+    real = launch.gluon_attention_into
 
     def counted(*a, **k):
         calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(attention_ws, "attention_ws_into", counted)
+    monkeypatch.setattr(launch, "gluon_attention_into", counted)
     return calls
 
 
@@ -85,7 +85,7 @@ def _cases(n: int, seed: int):
 
 def _run_case(c: dict, ws_calls: list) -> None:
     from graphfuse.ops._attention_args import nvfp4_rows_cols, out_shape
-    from graphfuse.triton.attention_ops import run
+    from graphfuse.triton.ops import attention_run as run
 
     q, k, v, qs, ks, vs = _inputs(c)
     args = (q, k, v, qs, ks, vs, None, c["causal"], c["scale"], c["layout"], "default")
@@ -126,7 +126,7 @@ def test_ws_matches_reference(seed: int, ws_calls: list) -> None:
 
 def test_ws_and_triton_kernel_agree(ws_calls: list) -> None:
     """The same call through both kernels (``WS`` off): 16-bit outputs within rounding."""
-    from graphfuse.triton.attention_ops import run
+    from graphfuse.triton.ops import attention_run as run
 
     c = next(_cases(1, 5))
     c.update(dtype=torch.bfloat16, sq=256, skv=256, causal="top_left", layout="bhsd", mem="bshd")
@@ -141,7 +141,7 @@ def test_ws_and_triton_kernel_agree(ws_calls: list) -> None:
 
 
 def test_ws_cuda_graph(ws_calls: list) -> None:
-    from graphfuse.triton.attention_ops import run
+    from graphfuse.triton.ops import attention_run as run
 
     c = dict(b=1, hq=8, hkv=2, sq=256, skv=256, d=128, dtype=torch.bfloat16, mem="bhsd", seed=3)
     q, k, v, _, _, _ = _inputs(c)
@@ -165,7 +165,7 @@ def test_ws_cuda_graph(ws_calls: list) -> None:
 def test_ws_kv_in_different_memory_orders(first: str, ws_calls: list) -> None:
     """K and V in different memory orders (one ``[B,H,S,D]``, the other ``[B,S,H,D]``): the
     launcher gives them one set of TMA coordinates (a contiguous copy), same result."""
-    from graphfuse.triton.attention_ops import run
+    from graphfuse.triton.ops import attention_run as run
 
     base = dict(b=2, hq=8, hkv=2, sq=256, skv=384, d=128, dtype=torch.bfloat16, seed=21)
     q, k, v, _, _, _ = _inputs(dict(base, mem="bshd"))

@@ -59,13 +59,15 @@ def _cases(n: int, seed: int):
             max_blocks=rng.choice([1, 7, 40]),
             kv=rng.choice([FP8, FP8, torch.bfloat16]),
             splits=rng.choice([None, 1, 3]),
-            prefetch=rng.choice([False, True]),
+            prefetch=rng.choice([None, False, True]),
             seed=rng.randrange(1 << 30),
         )
 
 
-def run_case(c: dict, ov: dict | None = None) -> None:
-    from graphfuse.triton.paged import paged_into
+def run_case(c: dict, config: dict | None = None) -> None:
+    """One case in all three output formats (poisoned outputs); ``config`` overrides the
+    decode launch's knobs (``c``'s ``splits`` / ``prefetch`` when not None come first)."""
+    from graphfuse.triton.decode.paged import paged_into
 
     gen = torch.Generator().manual_seed(c["seed"])
     q, cache, tables, lens, ks, vs = make_paged(
@@ -74,7 +76,8 @@ def run_case(c: dict, ov: dict | None = None) -> None:
     args = (q, cache, tables, lens, None, ks, vs, None)
     wide = paged_decode_fp32(*args)
     amax = max(wide.abs().max().item(), 1e-6)
-    ov = dict(splits=c["splits"], prefetch=c["prefetch"], **(ov or {}))
+    ov = {k: c[k] for k in ("splits", "prefetch") if c.get(k) is not None}
+    ov = {"config": {**ov, **(config or {})} or None}
     o16 = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
     paged_into(*args, o16, 0, **ov)
     err = ((o16.float() - wide).norm() / wide.norm().clamp_min(1e-30)).item()
@@ -104,37 +107,58 @@ def test_paged_decode_matches_reference(seed: int) -> None:
         run_case(c)
 
 
-# kernel variants (decode.py knobs; benchmarks/decode_sweep.py, in git history, timed them)
-VARIANTS = [
-    dict(bt_ahead=True, num_stages=4),
-    dict(bt_ahead=True, num_stages=3, block_n=128, num_warps=8),
-    dict(bt_ahead=True, num_stages=4, block_n=32),
-    dict(trans=True, bt_ahead=True, num_stages=3),
-    dict(head_major=True, bt_ahead=True),
-    dict(block_n=16, one_page=True, bt_ahead=True),
-    dict(kernel="seq"),
-    dict(kernel="seq", trans=True, num_stages=2),
-    dict(kernel="seq", block_n=32, bt_ahead=True, num_stages=3),
-    dict(sf_pad=False),
-]
+def _class_configs(paged: bool) -> list[dict]:
+    from graphfuse.triton.decode.config import CLASSES, KNOBS
+
+    return [dict(zip(KNOBS, knobs)) for p, _, _, knobs in CLASSES if p == paged]
 
 
-@pytest.mark.parametrize("variant", range(len(VARIANTS)))
-def test_paged_decode_variants(variant: int) -> None:
-    for c in _cases(3, 100 + variant):
-        ov = dict(VARIANTS[variant])
-        if "prefetch" in ov or "num_stages" in ov:
-            c["prefetch"] = ov.pop("prefetch", False)
-        run_case(c, ov)
+@pytest.mark.parametrize("row", range(5))
+def test_paged_decode_each_shape_class(row: int) -> None:
+    """Every paged row of the decode configuration table on small shapes (the table picks
+    it for large ones)."""
+    cfg = _class_configs(True)[row]
+    for c in _cases(3, 100 + row):
+        c["prefetch"] = None
+        run_case(c, cfg if cfg["splits"] else dict(cfg, splits=c["splits"]))
 
 
-@pytest.mark.parametrize("kernel", ["head", "seq"])
-def test_paged_decode_nvfp4_scale_padding(kernel: str) -> None:
+def test_dense_decode_each_shape_class() -> None:
+    """Every dense row of the table (the attention ops with Sq == 1) against the reference."""
+    from graphfuse.ops.attention_ref import attention_fp32
+    from graphfuse.triton.decode.launch import decode_into
+
+    gen = torch.Generator().manual_seed(6)
+    b, hq, hkv, skv, d = 3, 8, 2, 333, 128
+    q = torch.randn((b, hq, 1, d), generator=gen).to(torch.bfloat16).cuda()
+    k, v = ((torch.randn((b, hkv, skv, d), generator=gen) * 64).to(FP8).cuda() for _ in "kv")
+    s = torch.tensor([1 / 64.0], device="cuda")
+    wide = attention_fp32(q, k, v, None, s, s, None, "none", None, "bhsd", "default")
+    for cfg in _class_configs(False):
+        for splits in (1, 3):
+            o = torch.full((b, hq, 1, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+            decode_into(
+                q[:, :, 0], k, v, None, s, s, None, o, 0, (hq * d, d),
+                config=dict(cfg, splits=splits),
+            )  # fmt: skip
+            err = ((o.float() - wide).norm() / wide.norm()).item()
+            assert err < 2e-2, (cfg, splits, err)
+
+
+def test_decode_refuses_unknown_knobs() -> None:
+    """A removed decode switch is refused by name, not silently ignored."""
+    c = dict(b=1, hq=4, hkv=1, d=64, block=16, max_blocks=3, kv=FP8, splits=None, seed=0)
+    with pytest.raises(ValueError, match="unknown decode config keys"):
+        run_case(c, dict(trans=True))
+
+
+def test_paged_decode_nvfp4_scale_padding() -> None:
     """Padding rows of a second 128-row scale tile (zeroed in the kernel) and padding
-    columns (Hq*D/16 not a multiple of 4: the memset path)."""
+    columns (Hq*D/16 not a multiple of 4: the memset path), with one split and several."""
     for b, hq, hkv, d in ((130, 2, 1, 32), (3, 3, 1, 16)):
-        c = dict(b=b, hq=hq, hkv=hkv, d=d, block=16, max_blocks=3, kv=FP8, splits=None)
-        run_case(dict(c, prefetch=None, seed=b), dict(kernel=kernel))
+        for splits in (None, 1):
+            c = dict(b=b, hq=hq, hkv=hkv, d=d, block=16, max_blocks=3, kv=FP8, splits=splits)
+            run_case(dict(c, seed=b))
 
 
 def test_paged_decode_ops_match_cpu_kernel() -> None:

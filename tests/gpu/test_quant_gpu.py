@@ -63,7 +63,7 @@ def _cases(n: int, seed: int):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_fp8_quant_dequant_bit_exact(seed: int) -> None:
-    from graphfuse.triton.quant import fp8_dequant_into, fp8_static_quant_into
+    from graphfuse.triton.quant.launch import fp8_dequant_into, fp8_static_quant_into
 
     for m, k, dt, s in _cases(6, seed):
         x = _rand((m, k), dt, s)
@@ -83,7 +83,11 @@ def test_fp8_quant_dequant_bit_exact(seed: int) -> None:
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("swizzle", [True, False])
 def test_nvfp4_quant_dequant_bit_exact(seed: int, swizzle: bool) -> None:
-    from graphfuse.triton.quant import nvfp4_dequant_into, nvfp4_quant_into, nvfp4_scale_shape
+    from graphfuse.triton.quant.launch import (
+        nvfp4_dequant_into,
+        nvfp4_quant_into,
+        nvfp4_scale_shape,
+    )
 
     for m, k, dt, s in _cases(6, seed):
         x = _rand((m, k), dt, s)

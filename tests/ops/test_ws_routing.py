@@ -1,5 +1,5 @@
 """Which prefill calls the warp-specialised Hopper kernel serves (host side, CPU tensors):
-``attention_config.rows_view`` must address every element of q / k / v exactly as the 2-D TMA
+``prefill.config.rows_view`` must address every element of q / k / v exactly as the 2-D TMA
 view the kernel reads, and ``ws_eligible`` must refuse what the kernel does not handle."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphfuse.triton.attention_config import rows_view, ws_eligible
+from graphfuse.triton.prefill.config import rows_view, ws_eligible
 
 BF16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn

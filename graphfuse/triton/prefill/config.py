@@ -1,7 +1,7 @@
-"""Host side of the prefill attention kernel: its knobs and their defaults
-(``default_config``), the operand dtypes a call multiplies in, mask and output-layout
-arguments. The kernel and its launcher are in
-``attention.py``."""
+"""Host side of the prefill kernels, as data and pure functions (no Triton import): the tile
+table (``default_config``), which calls the warp-specialised Gluon kernel serves
+(``ws_eligible``, ``rows_view``), the operand dtypes a call multiplies in, mask and
+output-layout arguments."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def rows_view(x: torch.Tensor):
 def ws_eligible(
     q, k, v, attn_mask, out, out_kind: int, precision: str, fp8_inputs: bool = False
 ) -> bool:
-    """Whether the warp-specialised Hopper kernel (``attention_ws.py``) serves this call:
+    """Whether the warp-specialised Hopper kernel (``gluon_kernel.py``) serves this call:
     q / k / v all 16-bit of one type, or (``fp8_inputs``: the launcher always passes True)
     all FP8 in the default precision (16-bit P·V); dequant scales allowed; no mask; D of 64
     or 128; Sq and Skv multiples of 128; each operand addressable as one 2-D TMA view
@@ -101,23 +101,9 @@ def ws_eligible(
     return all(rows_view(t) is not None for t in ((q, k) if v.dtype == fp8 else (q, k, v)))
 
 
-# The prefill launch: one kernel design (see ``attention.py``'s docstring), so the only
-# per-call choices are the tile shape (``TILE_KNOBS``: ``_attn_fwd``'s BLOCK_M / BLOCK_N and the
-# launch's num_warps / num_stages, from the table below) and which kernel serves the call:
-#   WS (the routing rule): on an sm_90 device with Gluon's Hopper layer, the warp-specialised
-#      Gluon kernel (``attention_ws.py``) serves every call that ``ws_eligible`` accepts --
-#      16-bit q/k/v of one dtype, or FP8 q/k/v in the default precision (H200 2026-12-03:
-#      1.03 ms against 1.09-1.11 ms in the Triton kernel, B=4 S=4096 causal); no mask; D 64
-#      or 128; Sq and Skv multiples of 128; each operand one 2-D TMA view. Everything else
-#      (masks, fast mode, Sq <= 16, fp32, other D, other GPUs) runs the Triton kernel.
-#      ``config={"WS": False}`` keeps a call on the Triton kernel (tests compare the two).
-#   FP8 v in fast mode, stored ``[.., S, D]``, Sq > 16: copied once per call to K-major memory
-#      (``transpose.k_major``), the operand layout FP8 wgmma reads for P·V (Triton's MN-major
-#      FP8 P·V runs at about half speed); one read + write of V, which the kernel reads
-#      Sq / BLOCK_M * G times.
-# Removed 2026-12-04 (they lost on the H200; docs/gpu.md keeps the measurements): LAZY,
-# FAST_L, L_MMA, REV_M (fixed: heaviest causal blocks first), EPI (fixed: the
-# ``store_attention_acc`` epilogue), V16, VT (now the rule above), WS8 (now part of WS).
+# The Triton kernel's per-call choice is its tile shape (``TILE_KNOBS``: BLOCK_M / BLOCK_N and
+# the launch's num_warps / num_stages, from the table below); ``WS`` (default True) lets a call
+# take the warp-specialised kernel when the rule of ``prefill/__init__.py`` allows it.
 TILE_KNOBS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) by the q·k dot dtype, H200 sweeps; the first

@@ -1,7 +1,7 @@
 """Warp-specialised fused attention for prefill on Hopper (sm_90), written in Gluon: 16-bit
 q / k / v, and FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit P·V).
 
-The plain Triton kernel (``attention.py``) ends every key tile in CTA-wide barriers, so its two
+The plain Triton kernel (``triton_kernel.py``) ends every key tile in CTA-wide barriers, so its two
 warpgroups run their softmax at the same time while the tensor cores wait; on the H200 it
 stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no better
 (measured 2026-12-03, docs/gpu.md). Here the roles are split as FlashAttention-3 does:
@@ -19,18 +19,13 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
   swizzled scale bytes), with the arithmetic of ``store_attention_acc``.
   An FP8 V is upcast to fp16 once per call on the host side (exact).
 
-``attention_config.ws_eligible`` says which calls it serves (no masks, D of 64 or 128, Sq
-and Skv multiples of 128, rows addressable as one 2-D TMA view); ``attention_into`` routes
-those here on an sm_90 device unless ``config={"WS": False}`` (the rule is written down
-above ``attention_config.TILE_KNOBS``).
-The tile shape (128 x 128, 2 stages) is fixed.
+Which calls it serves is the rule in ``prefill/__init__.py`` (``config.ws_eligible`` on an
+sm_90 device with Gluon); ``launch.gluon_attention_into`` launches it. The tile shape
+(128 x 128, 2 stages) is fixed.
 """
 
 from __future__ import annotations
 
-import math
-
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -40,26 +35,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._common import (
-    _max_nan,
-    e2m1_code_fast,
-    nvfp4_block_scale,
-    swizzled_offset,
-    zero_scale_padding,
-)
-from .attention_config import (
-    WS_BLOCK_M,
-    WS_BLOCK_N,
-    nvfp4_row_strides,
-    out_strides,
-    rows_view,
-)
+from ..formats import block_amax, e4m3, nvfp4_block_scale, pack_e2m1, swizzled_offset
 
 CONSUMER_REGS = gl.constexpr(240)  # per thread, each consumer warpgroup (the producer warp gets 24)
 MAXNREG = 168  # 3 warpgroups: 2 x 240 + 24 (rounded) <= 3 x 168
-FP8 = torch.float8_e4m3fn
 
 
 @gluon.jit
@@ -169,7 +149,7 @@ def _consume(
     if out_ptr.dtype.element_ty == gl.float8e4nv:
         inv = gl.div_rn(gl.full([], 1.0, gl.float32), gl.load(osc_ptr).to(gl.float32))
         o = acc * gl.expand_dims(row_scale * inv, 1)
-        gl.store(out_ptr + offs, o.to(gl.float8e4nv))
+        gl.store(out_ptr + offs, e4m3(o))
     else:
         o = acc * gl.expand_dims(row_scale, 1)
         gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty))
@@ -179,8 +159,8 @@ def _consume(
 def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv_k, nv_kbpad):
     """Writes ``acc * row_scale`` (``[64, HD]`` in the wgmma accumulator layout) as NVFP4 rows
     ``nv_row + i * nms`` of the 2-D ``[M, nv_k]`` view from column ``nv_col``: the arithmetic
-    of ``store_attention_acc``: block amax with NaN propagation, the shared
-    ``nvfp4_block_scale`` and ``e2m1_code_fast`` (only the layouts are Gluon's).
+    of ``store_attention_acc`` with the helpers of ``formats.py`` (``block_amax``,
+    ``nvfp4_block_scale``, ``pack_e2m1``); only the layouts are Gluon's.
 
     A 16-column block lies in 4 lanes of the accumulator layout (2 x 2 columns each): the
     block amax is a reduction across them, the codes of each column pair are in one thread."""
@@ -192,11 +172,9 @@ def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv
     blk_l: gl.constexpr = ab.type.layout
     bs_l: gl.constexpr = gl.SliceLayout(2, blk_l)  # [R, NB]
     rs = gl.expand_dims(gl.convert_layout(row_scale, gl.SliceLayout(1, bs_l)), 1)
-    amax = gl.reduce(gl.abs(ab), 2, _max_nan) * rs  # fl(max|a| * s) == max fl(|a| * s), s >= 0
+    amax = block_amax(ab) * rs  # fl(max|a| * s) == max fl(|a| * s), s >= 0
     inv, sbits = nvfp4_block_scale(amax, g)
-    v = ab * gl.expand_dims(inv * rs, 2)
-    lo, hi = gl.split(gl.reshape(e2m1_code_fast(v), [R, NB * 8, 2]))
-    packed = (lo | (hi << 4)).to(gl.uint8)
+    packed = pack_e2m1(ab * gl.expand_dims(inv * rs, 2))
     pk_l: gl.constexpr = packed.type.layout
     prow = nv_row + gl.arange(0, R, layout=gl.SliceLayout(1, pk_l)).to(gl.int64) * nms
     pcol = nv_col // 2 + gl.arange(0, NB * 8, layout=gl.SliceLayout(0, pk_l))
@@ -207,37 +185,8 @@ def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv
     gl.store(sf_ptr + soff, sbits)
 
 
-# One entry per consumer: ``c`` must be a compile-time constant (it picks the Q buffer, the
-# row block and which side of the start offset a consumer is on), and arguments passed through
-# ``warp_specialize`` arrive as run-time values.
 @gluon.jit
-def _consumer0(
-    out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
-    out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-    qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
-):  # fmt: skip
-    _consume(
-        0, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
-        out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-        qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
-    )  # fmt: skip
-
-
-@gluon.jit
-def _consumer1(
-    out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
-    out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-    qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
-):  # fmt: skip
-    _consume(
-        1, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
-        out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-        qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
-    )  # fmt: skip
-
-
-@gluon.jit
-def _ws_attn_fwd(
+def ws_attention_kernel(
     q_desc, k_desc, v_desc, out_ptr, osc_ptr, qs_ptr, ks_ptr, vs_ptr, scale_bits,
     H, G, SQ, SKV, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
     qk_scale, causal, causal_off, sf_ptr, nmb, nmh, nms, nch, nv_k, nv_kbpad,
@@ -290,64 +239,10 @@ def _ws_attn_fwd(
         q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
         q_row, h * q_ch, kv_row, hk * kv_ch, n_tiles,
     )  # fmt: skip
+    # the consumer index travels as a constexpr (it picks the Q buffer, the row block and the
+    # side of the start offset)
     gl.warp_specialize(
-        [(_consumer0, cargs), (_consumer1, cargs), (_producer, pargs)],
+        [(_consume, (0,) + cargs), (_consume, (1,) + cargs), (_producer, pargs)],
         [4, 1],
         [CONSUMER_REGS, 24],
     )
-
-
-def attention_ws_into(
-    q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale, sf=None
-) -> None:
-    """Launches the warp-specialised kernel (the call must be ``ws_eligible``); arguments as
-    ``attention.attention_into``'s (``sf``: NVFP4's swizzled scale bytes, padding zeroed
-    here). FP8 v is upcast to fp16 first (exact; P·V multiplies 16-bit P and V, the default
-    precision)."""
-    b, h, sq, d = q.shape
-    hkv, skv = k.shape[1], k.shape[2]
-    if v.dtype == FP8:
-        v = v.to(torch.float16)  # keeps v's strides; a K-major V becomes contiguous rows
-        if rows_view(v) is None:
-            v = v.contiguous()
-    qv, q_rb, q_rh, q_ch = rows_view(q)
-    kv, kv_rb, kv_rh, kv_ch = rows_view(k)
-    vv, v_rb, v_rh, v_ch = rows_view(v)
-    if (v_rb, v_rh, v_ch) != (kv_rb, kv_rh, kv_ch):  # one set of K / V coordinates
-        v = v.contiguous()
-        vv, v_rb, v_rh, v_ch = rows_view(v)
-        if (v_rb, v_rh, v_ch) != (kv_rb, kv_rh, kv_ch):
-            k = k.contiguous()
-            kv, kv_rb, kv_rh, kv_ch = rows_view(k)
-    qd = _descriptor(qv, 64, d)
-    kd = _descriptor(kv, WS_BLOCK_N, d)
-    vd = _descriptor(vv, WS_BLOCK_N, d)
-    sob, soh, sos = out_strides(layout, b, h, sq, d)
-    nmb, nmh, nms, nch = nvfp4_row_strides(layout, h, sq, d)
-    nv_k, nv_kbpad = d, 4
-    if out_kind == 2:
-        nv_k, nv_kbpad = out.shape[1] * 2, sf.shape[1]
-        zero_scale_padding(sf, out.shape[0], nv_k // 16)
-        out = out.view(torch.uint8)
-    sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    causal_off = 0 if causal != "bottom_right" else skv - sq
-    osc = out_scale if out_kind else out
-    scales = (q_scale, k_scale, v_scale)
-    bits = sum(1 << i for i, t in enumerate(scales) if t is not None)
-    qs, ks, vs = (t if t is not None else osc for t in scales)
-    _ws_attn_fwd[(b * h, sq // WS_BLOCK_M)](
-        qd, kd, vd, out, osc, qs, ks, vs, bits, h, h // hkv, sq, skv,
-        q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
-        sm_scale * 1.4426950408889634, int(causal != "none"), causal_off,
-        sf.view(torch.uint8) if sf is not None else out, nmb, nmh, nms, nch, nv_k, nv_kbpad,
-        num_warps=4, maxnreg=MAXNREG,
-    )  # fmt: skip
-
-
-_GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, FP8: gl.float8e4nv}
-
-
-def _descriptor(view: torch.Tensor, rows: int, d: int) -> TensorDescriptor:
-    """A TMA descriptor of ``[rows, d]`` boxes over a 2-D row view (128-byte swizzle)."""
-    layout = gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPE[view.dtype])
-    return TensorDescriptor(view, list(view.shape), list(view.stride()), [rows, d], layout)

@@ -1,0 +1,63 @@
+"""The decode kernel's launch configuration per shape class, as data (no Triton import).
+
+One kernel design ships (``kernels.py``); what varies with the shape is the tile (``block_n``
+tokens), ``num_warps`` / ``num_stages``, the split count, whether the next KV tile is
+double-buffered in registers (``prefetch``) instead of left to Triton's pipeliner, whether
+block-table entries are read one tile ahead (``bt_ahead``, paged KV), and the grid order
+(``head_major``: ``(Hkv, B, splits)``). The table holds the winners of the H200 decode sweep
+(2026-12-03; docs/gpu.md records the runs): the class of a launch is its KV kind, its
+program count ``B * Hkv`` and its context length. Split counts and tiles depend on shapes
+only (no host sync), so every launch is CUDA-graph capturable.
+"""
+
+from __future__ import annotations
+
+import math
+
+KNOBS = ("block_n", "num_warps", "num_stages", "splits", "prefetch", "bt_ahead", "head_major")
+
+# (paged, least B*Hkv, least max context) -> KNOBS (splits None: ``choose_splits``);
+# the first matching row wins
+CLASSES = (
+    # paged: long contexts on a full grid: wide tiles, one split
+    (True, 256, 2048, (128, 4, 3, 1, False, True, False)),
+    # paged, full grid, short contexts (B=128 ctx 1k): the pipeliner alone
+    (True, 512, 0, (128, 4, 3, None, False, False, False)),
+    (True, 256, 0, (64, 4, 3, None, False, False, False)),
+    # paged, B ~ 8: table one tile ahead, a sequence's KV heads side by side
+    (True, 9, 0, (64, 4, 3, None, False, True, True)),
+    # paged, B = 1: register double-buffering, 8 warps
+    (True, 0, 0, (64, 8, 1, None, True, True, False)),
+    # dense KV (the attention ops with Sq = 1)
+    (False, 512, 0, (128, 4, 3, None, False, False, False)),
+    (False, 32, 0, (64, 4, 3, None, False, False, False)),
+    (False, 0, 0, (64, 4, 1, None, True, False, False)),
+)
+
+
+def decode_config(paged: bool, b: int, hkv: int, max_ctx: int, config: dict | None = None) -> dict:
+    """The launch knobs (``KNOBS``) of a decode shape; ``config`` entries override them
+    (tests and benchmark sweeps; unknown keys raise ValueError).
+
+    Example:
+        >>> decode_config(True, 64, 8, 4096)["block_n"]
+        128
+    """
+    knobs = next(
+        k for p, progs, ctx, k in CLASSES if p == paged and b * hkv >= progs and max_ctx >= ctx
+    )
+    cfg = dict(zip(KNOBS, knobs))
+    unknown = set(config or ()) - set(KNOBS)
+    if unknown:
+        raise ValueError(f"unknown decode config keys {sorted(unknown)}: knobs are {KNOBS}")
+    cfg.update(config or {})
+    return cfg
+
+
+def choose_splits(b: int, hkv: int, max_ctx: int, sms: int, block_n: int) -> int:
+    """Split count from shapes only: about four programs per SM, at least 4 tiles a split
+    (1 when there are fewer than 32 (sequence, KV head) pairs: latency-bound), at most 64."""
+    progs = max(1, b * hkv)
+    want = max(1, math.ceil(4 * sms / progs))
+    cap = max(1, math.ceil(max_ctx / ((1 if progs < 32 else 4) * block_n)))
+    return min(want, cap, 64)

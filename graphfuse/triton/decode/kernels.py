@@ -1,0 +1,112 @@
+"""Triton split-KV decode kernels (one query token per sequence), launched by ``launch.py``;
+device helpers in ``tiles.py``.
+
+``decode_kernel``: grid ``(B, Hkv, splits)``, or ``(Hkv, B, splits)`` with HEAD_MAJOR (the
+programs of one sequence's KV heads run side by side); a program takes the ``G = Hq / Hkv``
+query heads of one KV head (padded to 16 rows for the tensor cores), so each KV byte is read
+once. Paged or dense KV.
+
+With one split the kernel writes the final output itself; with more, each split writes its
+unnormalised partial (fp32 acc, running max, sum) and ``decode_merge`` combines them and then
+quantizes (FP8 / NVFP4 / 16-bit): the quantizer sees the merged output, never a partial.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .tiles import q_prep, walk_kv, write_rows, zero_sf_pad
+
+
+@triton.jit
+def decode_kernel(
+    Q, K, V, QS, KS, VS, BT, LENS, OSC, OUT, SF, PO, PML,
+    sqb, sqh, skb, skh, skt, svb, svh, svt, sbt, PAGE: tl.constexpr,
+    HQ, G, SKV, D: tl.constexpr, sm_scale, CHUNK, sob, soh, NV_M, NV_K, NV_KBPAD,
+    HAS_QS: tl.constexpr, HAS_KS: tl.constexpr, HAS_VS: tl.constexpr, PAGED: tl.constexpr,
+    SPLIT_OUT: tl.constexpr, OUT_KIND: tl.constexpr, DOT_DT: tl.constexpr,
+    Q_RESCALE: tl.constexpr, GP: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr,
+    PREFETCH: tl.constexpr, BT_AHEAD: tl.constexpr, HEAD_MAJOR: tl.constexpr,
+    SF_PAD: tl.constexpr,
+):  # fmt: skip
+    if HEAD_MAJOR:
+        hk = tl.program_id(0).to(tl.int64)
+        b = tl.program_id(1).to(tl.int64)
+    else:
+        b = tl.program_id(0).to(tl.int64)
+        hk = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+    nsplit = tl.num_programs(2)
+    offs_g = tl.arange(0, GP)
+    offs_d = tl.arange(0, DP)
+    heads = hk * G + offs_g
+    gmask = offs_g < G
+    q, qk_scale = q_prep(
+        Q + b * sqb, heads * sqh, gmask, offs_d, D, QS, KS, sm_scale,
+        HAS_QS, HAS_KS, Q_RESCALE, DOT_DT,
+    )  # fmt: skip
+    if PAGED:
+        seq_len = tl.load(LENS + b)
+        kv = (K + hk * skh, V + hk * svh, skb, skt, svb, svt)
+    else:
+        seq_len = SKV
+        kv = (K + b * skb + hk * skh, V + b * svb + hk * svh, skb, skt, svb, svt)
+    lo = split * CHUNK
+    hi = tl.minimum(lo + CHUNK, seq_len)
+    acc, m_i, l_i = walk_kv(
+        q, qk_scale, tl.zeros([GP, DP], tl.float32), tl.full([GP], float("-inf"), tl.float32),
+        tl.zeros([GP], tl.float32), kv, BT + b * sbt, lo, hi, PAGE, tl.arange(0, BLOCK_N),
+        offs_d, offs_d < D, DOT_DT, PAGED, PREFETCH, BT_AHEAD, BLOCK_N,
+    )  # fmt: skip
+    if SPLIT_OUT:  # the unnormalised partials: PO [B, HQ, S, DP] fp32, PML [B, HQ, S, 2]
+        base = (b * HQ + heads) * nsplit + split
+        tl.store(PO + base[:, None] * DP + offs_d[None, :], acc, mask=gmask[:, None])
+        tl.store(PML + base * 2, m_i, mask=gmask)
+        tl.store(PML + base * 2 + 1, l_i, mask=gmask)
+    else:
+        write_rows(
+            acc, l_i, b, heads, gmask, VS, OSC, OUT, SF, sob, soh, D, NV_K, NV_KBPAD,
+            HAS_VS, OUT_KIND, DP,
+        )  # fmt: skip
+    if OUT_KIND == 2:
+        if SF_PAD:  # also with split partials: the merge writes real rows only
+            np0 = tl.num_programs(0)
+            np1 = tl.num_programs(1)
+            pid = (split * np1 + tl.program_id(1)) * np0 + tl.program_id(0)
+            zero_sf_pad(SF, NV_M, NV_KBPAD, pid, np0 * np1 * nsplit, 128)
+
+
+@triton.jit
+def decode_merge(
+    PO, PML, VS, OSC, OUT, SF, NROWS, HQ, D, sob, soh, NV_K, NV_KBPAD,
+    NSPLIT: tl.constexpr, SP: tl.constexpr, HAS_VS: tl.constexpr, OUT_KIND: tl.constexpr,
+    RH: tl.constexpr, DP: tl.constexpr,
+):  # fmt: skip
+    """One program merges RH (batch, head) rows: out = sum_s w_s acc_s / sum_s w_s l_s."""
+    rows = tl.program_id(0) * RH + tl.arange(0, RH)  # flat b * HQ + h
+    rmask = rows < NROWS
+    offs_s = tl.arange(0, SP)
+    smask = offs_s < NSPLIT
+    base = rows.to(tl.int64)[:, None] * NSPLIT + offs_s[None, :]
+    lmask = rmask[:, None] & smask[None, :]
+    m = tl.load(PML + base * 2, mask=lmask, other=float("-inf"))
+    lsum = tl.load(PML + base * 2 + 1, mask=lmask, other=0.0)
+    m_max = tl.max(m, 1)
+    m_max = tl.where(m_max == float("-inf"), 0.0, m_max)
+    w = tl.math.exp2(m - m_max[:, None])
+    l_tot = tl.sum(w * lsum, 1)
+    offs_d = tl.arange(0, DP)
+    o = tl.zeros([RH, DP], tl.float32)
+    for s in tl.static_range(NSPLIT):
+        ws = tl.sum(tl.where(offs_s[None, :] == s, w, 0.0), 1)
+        part = tl.load(
+            PO + (rows.to(tl.int64) * NSPLIT + s)[:, None] * DP + offs_d[None, :],
+            mask=rmask[:, None],
+            other=0.0,
+        )
+        o += part * ws[:, None]
+    write_rows(
+        o, l_tot, (rows // HQ).to(tl.int64), rows % HQ, rmask, VS, OSC, OUT, SF, sob, soh,
+        D, NV_K, NV_KBPAD, HAS_VS, OUT_KIND, DP,
+    )  # fmt: skip

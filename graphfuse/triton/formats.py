@@ -1,0 +1,130 @@
+"""Device helpers for the output formats of docs/numerics.md, one per format, shared by every
+Triton and Gluon kernel (quant, prefill, decode): FP8 encode (``e4m3``), e2m1 encode and
+decode (``e2m1_code``, ``e2m1_value``), the NVFP4 block amax (``block_amax``), the two block
+scale forms (``nvfp4_block_scale_exact`` for the quant op, ``nvfp4_block_scale`` for the
+attention epilogues), nibble packing (``pack_e2m1``) and the swizzled scale offsets
+(``swizzled_offset``).
+
+Imported only from the kernel modules, never at ``import graphfuse``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def e4m3(v):
+    """fp32 -> float8_e4m3fn by the hardware ``cvt.rn.satfinite`` (sm_89+): rne, saturating
+    at +-448 (infinities too), NaN kept -- docs/numerics.md's ``e4m3``."""
+    return v.to(tl.float8e4nv)
+
+
+@triton.jit
+def e2m1_code(v):
+    """The 4-bit e2m1 code (int32 0..15, sign in bit 3) of fp32 ``v``: rne, saturating at 6,
+    in 7 ALU operations; equal to ``quant_ref.e2m1_codes`` for every non-NaN ``v`` (a NaN
+    occurs only in a NaN block, whose nibbles docs/numerics.md leaves unspecified).
+
+    ``code(|v|) = min(rint(2a), rint(a) + 2, rint(a/2) + 4, 7)`` (the e2m1 grid has steps 0.5,
+    1, 2 on [0, 2), [2, 4), [4, 6]; ``rint`` rounds half to even as docs/numerics.md's table does);
+    each ``rint(y) + k`` is the low bits of ``y + k + 1.5*2**23`` rounded once in fp32.
+    """
+    a = tl.abs(v)
+    m: tl.constexpr = 12582912.0  # 1.5 * 2**23: sums in [2**23, 2**24) round to integers
+    t = tl.minimum(tl.fma(a, 2.0, m), a + (m + 2.0))
+    t = tl.minimum(t, tl.fma(a, 0.5, m + 4.0))
+    t = tl.minimum(t, m + 7.0)
+    mag = t.to(tl.int32, bitcast=True) & 7
+    sign = (v.to(tl.uint32, bitcast=True) >> 28) & 8
+    return mag | sign.to(tl.int32)
+
+
+@triton.jit
+def e2m1_value(code):
+    """fp32 value of an e2m1 code (int32, 0..15)."""
+    mag = code & 7
+    e = mag >> 1
+    m = (mag & 1).to(tl.float32)
+    # e == 0: 0 or 0.5; e >= 1: (1 + m/2) * 2^(e-1)
+    pow2 = tl.where(e == 3, 4.0, tl.where(e == 2, 2.0, 1.0))
+    val = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * pow2)
+    # the sign as a bit (a negation may be emitted as 0 - x, which loses -0)
+    bits = val.to(tl.int32, bitcast=True) | ((code & 8) << 28)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def block_amax(xb):
+    """``max |x|`` over the last axis (the 16 elements of an NVFP4 block), NaN if any is."""
+    return tl.reduce(tl.abs(xb), 2, _max_nan)
+
+
+@triton.jit
+def div6_rn(x):
+    """``div_rn(x, 6)`` for x >= 0 by one multiply and two FMAs (a remainder correction).
+
+    Bit-exact for +inf, NaN and every x whose quotient is a normal fp32 (checked exhaustively
+    over all non-negative fp32); for x < 6 * 2**-126 it may be off by one denormal step.
+    """
+    c: tl.constexpr = 0.1666666716337204  # fl32(1/6)
+    q0 = x * c
+    r = tl.fma(q0, -6.0, x)
+    return tl.where(x < float("inf"), tl.fma(r, c, q0), x)  # inf and NaN pass through
+
+
+@triton.jit
+def _scale_byte(sf8, amax):
+    """The stored block-scale byte: ``sf8``'s, or 0x7F for a NaN block."""
+    return tl.where(amax != amax, 0x7F, sf8.to(tl.uint8, bitcast=True)).to(tl.uint8)
+
+
+@triton.jit
+def nvfp4_block_scale_exact(amax, g):
+    """docs/numerics.md's NVFP4 block scale, bit-exact with ``quant_ref.nvfp4_quant_ref`` (the
+    quant op): ``sf = e4m3(g * (amax / 6))``, encode multiplier ``inv = 1 / (sf / g)`` (0 for
+    a zero scale), every division ``div_rn``. Returns (``inv``, the scale byte)."""
+    one = tl.full(amax.shape, 1.0, tl.float32)
+    sf8 = e4m3(g * tl.math.div_rn(amax, one * 6.0))
+    sf = sf8.to(tl.float32)
+    inv = tl.where(sf == 0.0, 0.0, tl.math.div_rn(one, tl.math.div_rn(sf, one * g)))
+    return inv, _scale_byte(sf8, amax)
+
+
+@triton.jit
+def nvfp4_block_scale(amax, g):
+    """The NVFP4 block scale in the epilogue form every attention kernel (Triton and Gluon)
+    uses: ``sf = e4m3(g * amax / 6)`` (``div6_rn``); ``inv = g * rsqrt(sf * sf)`` (sf is an
+    e4m3 value, so sf * sf is exact and normal; within about 2 ulp of ``1 / (sf / g)``), 0
+    for a zero scale and clamped to FLT_MAX (no ``0 * inf``). Returns (``inv``, the scale
+    byte, 0x7F for a NaN block). Elementwise only, so Gluon kernels call it too.
+    """
+    sf8 = e4m3(g * div6_rn(amax))
+    sf = sf8.to(tl.float32)
+    inv = g * tl.math.rsqrt(sf * sf)
+    inv = tl.where(sf == 0.0, 0.0, tl.minimum(inv, 3.4028234663852886e38))
+    return inv, _scale_byte(sf8, amax)
+
+
+@triton.jit
+def pack_e2m1(v):
+    """The packed NVFP4 bytes ``[R, NB*8]`` (uint8, even element in the low nibble) of the
+    block-scaled values ``v`` (fp32 ``[R, NB, 16]``)."""
+    R: tl.constexpr = v.shape[0]
+    NB: tl.constexpr = v.shape[1]
+    lo, hi = tl.split(tl.reshape(e2m1_code(v), (R, NB * 8, 2)))
+    return (lo | (hi << 4)).to(tl.uint8)
+
+
+@triton.jit
+def swizzled_offset(m, k, n_ktiles):
+    """Flat byte offset of block scale (row m, block column k) in the swizzled layout."""
+    return (
+        ((m // 128) * n_ktiles + (k // 4)) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + (k % 4)
+    )

@@ -1,0 +1,104 @@
+"""Launchers of the quant kernels: each ``*_into`` checks its arguments and writes into
+caller-provided outputs (tests poison them first); the op impls in ``ops.py`` allocate."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from graphfuse.ops.quant_ref import nvfp4_scale_shape
+
+from ..host import TL_DTYPE, check_scale
+from .kernels import (
+    fp8_dequant_kernel,
+    fp8_quant_kernel,
+    nvfp4_dequant_kernel,
+    nvfp4_quant_kernel,
+)
+
+_BLOCK = 2048  # elements a program of the FP8 kernels
+_BM, _NB = 32, 4  # rows and 16-blocks a program of the NVFP4 kernels
+
+
+def fp8_static_quant_into(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """Writes ``e4m3(clamp(x * (1/scale)))`` into ``out`` (same shape, float8_e4m3fn)."""
+    check_scale("fp8_static_quant", "scale", scale, x.device)
+    x = x.contiguous()
+    if out.shape != x.shape or out.dtype != torch.float8_e4m3fn or not out.is_contiguous():
+        raise ValueError(
+            f"graphfuse::fp8_static_quant: out must be contiguous float8_e4m3fn of shape "
+            f"{tuple(x.shape)}, got {tuple(out.shape)} {out.dtype}"
+        )
+    n = x.numel()
+    if n:
+        fp8_quant_kernel[(triton.cdiv(n, _BLOCK),)](x, scale, out, n, BLOCK=_BLOCK)
+
+
+def fp8_dequant_into(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """Writes ``float(x) * scale`` rounded to ``out.dtype`` into ``out``."""
+    check_scale("fp8_dequant", "scale", scale, x.device)
+    if x.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"graphfuse::fp8_dequant: x must be float8_e4m3fn, got {x.dtype}")
+    if out.dtype not in TL_DTYPE or out.dtype == torch.float8_e4m3fn:
+        raise ValueError(f"graphfuse::fp8_dequant: unsupported dtype {out.dtype}")
+    x = x.contiguous()
+    n = x.numel()
+    if n:
+        fp8_dequant_kernel[(triton.cdiv(n, _BLOCK),)](x, scale, out, n, BLOCK=_BLOCK)
+
+
+def nvfp4_rows_cols(op: str, shape: torch.Size, k_last: int) -> tuple[int, int]:
+    """(M, K) of a tensor of ``shape`` with last dimension ``k_last`` viewed 2-D; raises
+    ValueError unless K is a positive multiple of 16."""
+    if len(shape) < 1 or k_last <= 0 or k_last % 16:
+        raise ValueError(
+            f"graphfuse::{op}: last dim must be a positive multiple of 16, got {k_last}"
+        )
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    return m, k_last
+
+
+def nvfp4_quant_into(
+    x: torch.Tensor, g: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, swizzle: bool
+) -> None:
+    """Quantizes ``x`` to NVFP4 into ``packed`` ([M, K/2] uint8) and ``scale`` (e4m3)."""
+    check_scale("nvfp4_quant", "global_scale", g, x.device)
+    m, k = nvfp4_rows_cols("nvfp4_quant", x.shape, x.shape[-1] if x.dim() else 0)
+    x = x.contiguous()
+    sshape = nvfp4_scale_shape(m, k, swizzle)
+    if tuple(packed.shape) != (m, k // 2) or tuple(scale.shape) != sshape:
+        raise ValueError(
+            f"graphfuse::nvfp4_quant: outputs must be {(m, k // 2)} and {sshape}, got "
+            f"{tuple(packed.shape)} and {tuple(scale.shape)}"
+        )
+    mp, kbp = sshape
+    if mp:
+        grid = (triton.cdiv(mp, _BM), triton.cdiv(kbp, _NB))
+        nvfp4_quant_kernel[grid](
+            x, g, packed, scale.view(torch.uint8), m, k, mp, kbp, SWIZZLE=swizzle, BM=_BM, NB=_NB
+        )
+
+
+def nvfp4_dequant_into(
+    packed: torch.Tensor, block_scale: torch.Tensor, g: torch.Tensor, out: torch.Tensor,
+    swizzled: bool,
+) -> None:  # fmt: skip
+    """Dequantizes NVFP4 ``packed`` / ``block_scale`` into ``out`` ([..., K])."""
+    check_scale("nvfp4_dequant", "global_scale", g, packed.device)
+    if packed.dtype != torch.uint8 or packed.dim() < 1:
+        raise ValueError(f"graphfuse::nvfp4_dequant: packed must be uint8, got {packed.dtype}")
+    m, k = nvfp4_rows_cols("nvfp4_dequant", packed.shape, 2 * packed.shape[-1])
+    sshape = nvfp4_scale_shape(m, k, swizzled)
+    if tuple(block_scale.shape) != sshape or block_scale.dtype != torch.float8_e4m3fn:
+        raise ValueError(
+            f"graphfuse::nvfp4_dequant: block_scale must be float8_e4m3fn {sshape}, got "
+            f"{block_scale.dtype} {tuple(block_scale.shape)}"
+        )
+    if m:
+        grid = (triton.cdiv(m, _BM), triton.cdiv(k // 16, _NB))
+        nvfp4_dequant_kernel[grid](
+            packed.contiguous(), block_scale.contiguous(), g, out, m, k, sshape[1],
+            SWIZZLED=swizzled, BM=_BM, NB=_NB,
+        )  # fmt: skip
