@@ -1,4 +1,4 @@
-"""Registers the CUDA impls of every ``graphfuse::`` op (``ops.py``), lazily.
+"""Registers the CUDA impls of the ``graphfuse::`` ops in ``OPS`` (``ops.IMPLS``), lazily.
 
 Importing this module imports neither Triton nor the kernel modules and never initialises
 CUDA: each registered impl imports ``graphfuse.triton.ops`` (its ``IMPLS``) on its first call.
@@ -11,7 +11,17 @@ from collections.abc import Callable
 
 import torch
 
-from graphfuse.ops._library import SCHEMAS
+# the ops with CUDA impls (``ops.IMPLS``): quant, fused attention, paged decode
+OPS = tuple(
+    f"{base}{suffix}"
+    for base, suffixes in (
+        ("fp8_", ("static_quant", "dequant")),
+        ("nvfp4_", ("quant", "dequant")),
+        ("attention", ("", "_fp8", "_nvfp4")),
+        ("paged_decode_attention", ("", "_fp8", "_nvfp4")),
+    )
+    for suffix in suffixes
+)
 
 _LIB = torch.library.Library("graphfuse", "IMPL")
 
@@ -35,5 +45,5 @@ def _lazy(name: str) -> Callable:
     return impl
 
 
-for _op in SCHEMAS:
+for _op in OPS:
     _LIB.impl(_op, _lazy(_op), "CUDA")
