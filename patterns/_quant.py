@@ -143,7 +143,9 @@ def check_scale(m: Match, name: str) -> Any:
         return f
     dtype = m.val(name).dtype
     if not dtype.is_floating_point:
-        return m.fail("the scale {s} has dtype {d}; a scale is a floating tensor", s=name, d=dtype)
+        return m.fail(
+            "the scale {s} has dtype {d}; a scale is a floating tensor", s=m[name].name, d=dtype
+        )
     return None
 
 
@@ -159,11 +161,28 @@ def scale_operand(m: Match, b: Builder, name: str = "out_scale") -> fx.Node | No
     return b.call(aten.reshape.default, node, [])
 
 
+def quant_output(m: Match, b: Builder, quantized: fx.Node) -> fx.Node:
+    """``quantized`` (x quantized, x's shape) in the shape of the matched quant's output: a
+    scale of a higher rank than x (``[1, 1, 1, 1]`` on a 3-D x) broadcasts x to leading
+    size-1 dims, which ``unsqueeze`` adds back."""
+    extra = m["quant"].meta["val"].dim() - quantized.meta["val"].dim()
+    for _ in range(extra):
+        quantized = b.call(aten.unsqueeze.default, quantized, 0)
+    return quantized
+
+
+# copies export puts between a constant made in forward (``torch.tensor(448.0)``) and its use
+_COPIES = (aten.lift_fresh_copy.default, aten.detach.default, aten.detach_.default)
+_COPIES += (aten.clone.default, aten.alias.default)
+
+
 def _bound(m: Match, name: str) -> float | None:
     """The clamp bound ``name`` as a number: a literal, or a constant tensor's value."""
     v = m.get(name)
     if isinstance(v, Number) and not isinstance(v, bool):
         return float(v)
+    while isinstance(v, fx.Node) and v.target in _COPIES:
+        v = v.args[0]
     t = constant_value(v)
     if t is not None and t.numel() == 1 and t.dtype.is_floating_point:
         return float(t)
@@ -175,7 +194,7 @@ def check_static_fp8_quant(m: Match) -> Any:
     ``fp8_static_quant(x, out_scale)``: the e4m3fn dtype, a clamp to ±448, a per-tensor
     scale of one floating element. Each failure names the quant node."""
     quant = m["quant"]
-    tag = m.tag("quant")
+    tag = m.tag("quant") or "eager"  # no tag: a rule of the eager spellings alone
     if tag != "op":
         dtype = FP8_DTYPES[m.tag("quant_dtype")]
         if dtype != FP8:

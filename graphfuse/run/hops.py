@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from .. import dsl
 from ..match import match_rule
 from ..rules import RuleSet
 from .report import NearMiss
@@ -52,7 +51,7 @@ def hidden_matches(graph: fx.Graph, rules: RuleSet) -> list[NearMiss]:
             name = hop.target.name()
             where = f"inside {hop.name} (torch.ops.higher_order.{name}, subgraph {attr.target})"
             tail = f"{where}, which is not rewritten: {_FIXES.get(name, _NO_FIX)}"
-            target, trace = dsl.target_repr(hop.target), hop.meta.get("stack_trace") or ""
+            target, trace = f"higher_order.{name}", hop.meta.get("stack_trace") or ""
             for rule, node in _matched(sub.graph, rules):
                 reason = f"the pattern matches at {node.name} {tail}"
                 out.append(NearMiss(rule.name, hop.name, reason, target, trace))

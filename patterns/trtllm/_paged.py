@@ -22,6 +22,7 @@ from .._quant import (
     check_static_fp8_quant,
     gf,
     nvfp4_quant,
+    quant_output,
     scale_operand,
     static_fp8_quant,
 )
@@ -73,12 +74,13 @@ def _rewrite_paged_fp8(m: Match, b: Builder) -> Any:
     """Paged decode attention -> static FP8 quant, as paged_decode_attention_fp8."""
     fused = b.call(gf.paged_decode_attention_fp8.default, *_args(m), scale_operand(m, b))
     shaping = _shaping(m)
-    if not shaping:
-        return fused
-    last = shaping[0]  # the outermost reshape gives the quant's shape (sizes as the graph has them)
-    if last.target in _FLATTEN:
-        return b.call(last.target, fused, *last.args[1:])
-    return b.call(aten.reshape.default, fused, last.args[1])
+    if shaping:
+        last = shaping[0]  # the outermost reshape gives the quant's shape (the graph's sizes)
+        if last.target in _FLATTEN:
+            fused = b.call(last.target, fused, *last.args[1:])
+        else:
+            fused = b.call(aten.reshape.default, fused, last.args[1])
+    return quant_output(m, b, fused)
 
 
 def _check_paged_nvfp4(m: Match) -> Any:

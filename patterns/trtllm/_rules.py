@@ -18,6 +18,7 @@ from .._quant import (
     eager_fp8_quant,
     gf,
     nvfp4_quant,
+    quant_output,
     scale_operand,
     static_fp8_quant,
 )
@@ -251,7 +252,7 @@ def _check_fp8_out(m: Match) -> Any:
 
 def _rewrite_fp8_out(m: Match, b: Builder) -> Any:
     """Attention -> static FP8 output quant, fused into graphfuse::attention_fp8."""
-    return b.call(_ATTENTION_FP8, *_op_args(m, b), scale_operand(m, b))
+    return quant_output(m, b, b.call(_ATTENTION_FP8, *_op_args(m, b), scale_operand(m, b)))
 
 
 def _check_nvfp4_out(m: Match) -> Any:
@@ -291,7 +292,7 @@ def _rewrite_fp8_inputs(m: Match, b: Builder) -> Any:
 
 def _rewrite_quant(m: Match, b: Builder) -> Any:
     """A static FP8 quant spelled with eager ops, as graphfuse::fp8_static_quant."""
-    return b.call(gf.fp8_static_quant.default, m["x"], scale_operand(m, b))
+    return quant_output(m, b, b.call(gf.fp8_static_quant.default, m["x"], scale_operand(m, b)))
 
 
 def _check_quant(m: Match) -> Any:
