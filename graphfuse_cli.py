@@ -110,15 +110,28 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         "what is in a program: inputs, outputs, op histogram",
         "Show what an exported program holds: its inputs and outputs, weights and a\n"
-        "histogram of the ops it calls (graphfuse ops marked); or one node and its\n"
-        "neighbours; or what changed between two programs.",
+        "histogram of the ops it calls (graphfuse ops marked); or its graph as code (the\n"
+        "spelling a rule is written against); or one node with its arguments and\n"
+        "neighbours; or what changed from OLD to FILE, op counts or node by node.",
         "  graphfuse inspect model.pt2\n"
+        "  graphfuse inspect model.pt2 --graph\n"
         "  graphfuse inspect model.pt2 --node to_3\n"
-        "  graphfuse inspect fused.pt2 --diff model.pt2",
+        "  graphfuse inspect fused.pt2 --diff model.pt2\n"
+        "  graphfuse inspect fused.pt2 --diff model.pt2 --nodes",
     )
     p.add_argument("file", metavar="FILE.pt2", help="an exported program (.pt2)")
-    p.add_argument("--node", metavar="NAME", help="show one node's neighbourhood")
-    p.add_argument("--diff", metavar="OTHER.pt2", help="what disappeared / appeared in OTHER")
+    p.add_argument(
+        "--graph", action="store_true", help="print the graph as code, one line per node"
+    )
+    p.add_argument("--node", metavar="NAME", help="one node: its arguments, inputs and users")
+    p.add_argument(
+        "--diff", metavar="OLD.pt2", help="what disappeared from OLD and appeared in FILE"
+    )
+    p.add_argument(
+        "--nodes",
+        action="store_true",
+        help="with --diff: the nodes removed and added around each fused op",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     _program_options(p)
 
@@ -166,6 +179,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_combinations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see: options that only work together or alone."""
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices[args.command]
+    if args.command == "inspect":
+        views = [
+            o
+            for o, on in (
+                ("--graph", args.graph),
+                ("--node", args.node is not None),
+                ("--diff", args.diff is not None),
+            )
+            if on
+        ]
+        if len(views) > 1:
+            command.error(f"{' and '.join(views)} are separate views; give one")
+        if args.nodes and args.diff is None:
+            command.error("--nodes needs --diff OLD.pt2")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code.
 
@@ -175,8 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         0 on success (also when no rule matched), 1 on errors, 2 on usage errors.
     """
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
+        _check_combinations(parser, args)
     except SystemExit as e:  # --help (0) or a usage error (2)
         return int(e.code or 0)
     from graphfuse.cli import run_command

@@ -8,13 +8,14 @@ from typing import Any
 
 from . import _render
 from ._common import console, load, rule_set
+from ._graphinfo import relative_frame
 
 
 def group_near_misses(near_misses: list[Any]) -> dict[str, list[dict[str, str]]]:
     """Near misses grouped by rule (in first-seen order), each with its source line."""
     groups: dict[str, list[dict[str, str]]] = {}
     for miss in near_misses:
-        source = miss.source_line() if hasattr(miss, "source_line") else ""
+        source = relative_frame(miss.source_line()) if hasattr(miss, "source_line") else ""
         groups.setdefault(miss.rule, []).append(
             {
                 "node": miss.node,

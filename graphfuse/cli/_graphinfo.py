@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -105,11 +106,29 @@ def source_line(node: fx.Node) -> str:
         return ""
     i = frames[-1]
     code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
-    return f"{lines[i]}: {code}" if code else lines[i]
+    frame = relative_frame(lines[i])
+    return f"{frame}: {code}" if code else frame
+
+
+def relative_frame(frame: str) -> str:
+    """A ``File "PATH", line N`` frame with PATH relative to the current folder when inside
+    it (what a user in that folder would type)."""
+    if not frame.startswith('File "'):
+        return frame
+    path, rest = frame[len('File "') :].split('"', 1)
+    cwd = os.getcwd()
+    if os.path.isabs(path) and path.startswith(cwd + os.sep):
+        path = os.path.relpath(path, cwd)
+    return f'File "{path}"{rest}'
 
 
 def _node_row(node: fx.Node) -> dict[str, Any]:
-    return {"name": node.name, "op": target_name(node), **value_info(node.meta.get("val"))}
+    return {
+        "name": node.name,
+        "op": target_name(node),
+        **value_info(node.meta.get("val")),
+        "code": code_line(node),
+    }
 
 
 def neighbourhood(ep: torch.export.ExportedProgram, name: str) -> dict[str, Any] | None:
@@ -119,10 +138,88 @@ def neighbourhood(ep: torch.export.ExportedProgram, name: str) -> dict[str, Any]
         return None
     return {
         "node": _node_row(node),
+        "code": code_line(node),
+        "arguments": arguments(node),
         "source": source_line(node),
         "inputs": [_node_row(n) for n in node.all_input_nodes],
         "users": [_node_row(n) for n in node.users],
     }
+
+
+def _short_type(val: Any) -> str:
+    """``f32[8, 64]`` for a tensor value, ``(f32[8], i64[8])`` for several, else ''."""
+    if isinstance(val, torch.Tensor):
+        from torch.fx.graph import dtype_abbrs
+
+        dtype = dtype_abbrs.get(val.dtype, str(val.dtype).replace("torch.", ""))
+        return f"{dtype}[{', '.join(str(d) for d in val.shape)}]"
+    if isinstance(val, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in val):
+        return "(" + ", ".join(_short_type(v) or "?" for v in val) + ")"
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return type(val).__name__
+    return ""
+
+
+def spell(value: Any) -> str:
+    """An argument as graph code writes it: a node by name, a literal by its repr (floats
+    in full: a pattern's literal must equal it exactly)."""
+    if isinstance(value, fx.Node):
+        return value.name
+    if isinstance(value, list):
+        return "[" + ", ".join(spell(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(spell(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {spell(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, torch.device):
+        return repr(str(value))
+    return repr(value)
+
+
+def code_line(node: fx.Node) -> str:
+    """One node as a line of graph code: ``name: type = target(args, key=value)``, the
+    target spelled as a pattern names it (``aten.clamp.default``)."""
+    typ = _short_type(node.meta.get("val"))
+    head = f"{node.name}: {typ}" if typ else node.name
+    if node.op == "placeholder":
+        return f"{head} = input"
+    if node.op == "output":
+        return f"return {spell(node.args[0])}"
+    if node.op == "get_attr":
+        return f"{head} = self.{node.target}"
+    args = [spell(a) for a in node.args] + [f"{k}={spell(v)}" for k, v in node.kwargs.items()]
+    return f"{head} = {target_name(node)}({', '.join(args)})"
+
+
+def graph_code(ep: torch.export.ExportedProgram) -> list[str]:
+    """The program's graph, one line per node, in graph order (``inspect --graph``)."""
+    return [code_line(n) for n in ep.graph.nodes]
+
+
+def arguments(node: fx.Node) -> list[dict[str, str]]:
+    """A call's arguments by schema name: the value as written (node name or literal), or
+    the default when the call leaves it out, and the value a pattern is compared with
+    when normalisation changes it (a negative dim made non-negative)."""
+    from ..match.args import arg_spec, normalize
+
+    if node.op != "call_function":
+        return []
+    spec = arg_spec(node.target)
+    if spec is None:
+        return [{"name": f"#{i}", "value": spell(a), "how": ""} for i, a in enumerate(node.args)]
+    normal = normalize(node)
+    rows = []
+    for i, name in enumerate(spec.names):
+        if i < len(node.args):
+            given, how = node.args[i], ""
+        elif name in node.kwargs:
+            given, how = node.kwargs[name], "keyword"
+        else:
+            given, how = normal[i], "default"
+        if how != "default" and not isinstance(given, fx.Node) and normal[i] != given:
+            how = (how + "; " if how else "") + f"matched as {spell(normal[i])}"
+        rows.append({"name": name, "value": spell(given), "how": how})
+    return rows
 
 
 def close_names(ep: torch.export.ExportedProgram, name: str, limit: int = 5) -> list[str]:

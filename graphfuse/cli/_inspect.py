@@ -1,4 +1,4 @@
-"""``graphfuse inspect FILE.pt2 [--node NAME] [--diff OTHER.pt2] [--json]``."""
+"""``graphfuse inspect FILE.pt2 [--graph | --node NAME | --diff OLD.pt2 [--nodes]] [--json]``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``graphfuse inspect``; returns the exit code."""
     ep = load(args.file, args)
     out = console()
+    if args.graph:
+        lines = _graphinfo.graph_code(ep)
+        if args.json:
+            print(json.dumps({"code": lines}, indent=2))
+        else:
+            _render.render_graph(out, args.file, lines)
+        return 0
     if args.node is not None:
         info = _graphinfo.neighbourhood(ep, args.node)
         if info is None:
@@ -26,12 +33,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     info = _graphinfo.summary(ep)
     if args.diff is not None:
-        other = _graphinfo.summary(load(args.diff, args))
-        delta = _graphinfo.diff(info, other)
+        old = load(args.diff, args)
+        delta = _graphinfo.diff(_graphinfo.summary(old), info)
+        if args.nodes:
+            from ._nodediff import node_diff
+
+            delta["hunks"] = node_diff(old, ep)
         if args.json:
             print(json.dumps(delta, indent=2))
         else:
-            _render.render_diff(out, args.file, args.diff, delta)
+            _render.render_diff(out, args.diff, args.file, delta)
+            if args.nodes:
+                _render.render_hunks(out, delta["hunks"])
         return 0
     if args.json:
         print(json.dumps(info, indent=2))

@@ -15,6 +15,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ._graphinfo import is_fused
+
 FUSED = "bold magenta"
 
 
@@ -35,8 +37,6 @@ def _dtype(info: dict[str, Any]) -> str:
 
 
 def _op(name: str) -> Text:
-    from ._graphinfo import is_fused
-
     return Text(f"{name} (fused)", style=FUSED) if is_fused(name) else Text(name)
 
 
@@ -89,30 +89,61 @@ def render_summary(console: Console, path: str, info: dict[str, Any], top: int =
         console.print("graphfuse ops: none")
 
 
+def _code(console: Console, line: str, prefix: str = "", style: str = "") -> None:
+    """One line of graph code, cut at argument boundaries to the console's width."""
+    from ._tree import wrap
+
+    call = line.find("(", line.find(" = ") + 1) if " = " in line else line.find("(")
+    width = max(console.width - len(prefix) - 4, 20)
+    pieces = wrap(line, width, call + 1)
+    if len(pieces[0]) > width and " = " in pieces[0]:  # the name and type on a line of their own
+        left, right = line.split(" = ", 1)
+        pieces = [left] + wrap("= " + right, width, right.find("(") + 3)
+    console.print(Text(prefix + pieces[0], style=style), overflow="ignore", crop=False)
+    pad = " " * len(prefix) + "    "
+    for piece in pieces[1:]:
+        console.print(Text(pad + piece, style=style), overflow="ignore", crop=False)
+
+
+def render_graph(console: Console, path: str, lines: list[str]) -> None:
+    """``graphfuse inspect FILE --graph``: the graph as code, one node a line."""
+    console.print(Text(path, style="bold"), f"- {len(lines)} nodes, as graph code")
+    for line in lines:
+        _code(console, line)
+
+
 def render_node(console: Console, info: dict[str, Any]) -> None:
-    """``graphfuse inspect FILE --node NAME``: a node, what it reads, who reads it."""
+    """``graphfuse inspect FILE --node NAME``: the node as graph code, the model's source
+    line, its arguments by schema name (literals too), what it reads and who reads it,
+    each as graph code."""
     node = info["node"]
-    console.print(Text(node["name"], style="bold"), "=", _op(node["op"]))
-    console.print(f"shape {_shape(node)}  dtype {_dtype(node)}")
+    _code(console, info["code"], style="bold")
+    if is_fused(node["op"]):
+        console.print(Text(f"a graphfuse op: {node['op']} (fused)", style=FUSED))
     if info["source"]:
         console.print(Padding(Text(info["source"], style="dim"), (0, 0, 0, 2)))
-    for title, rows in (("Reads", info["inputs"]), ("Read by", info["users"])):
-        table = _table(title, "node", "op", "shape", "dtype")
-        for row in rows:
-            table.add_row(row["name"], _op(row["op"]), _shape(row), _dtype(row))
-        if not rows:
-            table.add_row("-", "", "", "")
+    if info["arguments"]:
+        table = _table("Arguments", "name", "value", "note")
+        for row in info["arguments"]:
+            table.add_row(row["name"], row["value"], row["how"])
         console.print(table)
+    for title, rows in (("Reads", info["inputs"]), ("Read by", info["users"])):
+        console.print(Text(title, style="bold"))
+        for row in rows:
+            _code(console, row["code"], "  ")
+        if not rows:
+            console.print("  nothing")
 
 
-def render_diff(console: Console, path_a: str, path_b: str, info: dict[str, Any]) -> None:
-    """``graphfuse inspect A --diff B``: ops that disappeared and fused ops that appeared."""
+def render_diff(console: Console, old: str, new: str, info: dict[str, Any]) -> None:
+    """``graphfuse inspect NEW --diff OLD``: the ops that disappeared from OLD and those
+    that appeared in NEW (fused ops marked)."""
     n_a, n_b = info["nodes"]
-    console.print(Text(f"{path_a} -> {path_b}", style="bold"))
+    console.print(Text(f"{old} -> {new}", style="bold"))
     console.print(f"nodes: {n_a} -> {n_b} ({n_b - n_a:+d})")
     for title, ops, sign in (
-        ("Disappeared", info["disappeared"], "-"),
-        ("Appeared", info["appeared"], "+"),
+        (f"Disappeared from {old}", info["disappeared"], "-"),
+        (f"Appeared in {new}", info["appeared"], "+"),
     ):
         table = _table(title, "op", "count", right=("count",))
         for name, count in ops.items():
@@ -125,6 +156,25 @@ def render_diff(console: Console, path_a: str, path_b: str, info: dict[str, Any]
         console.print(Text(f"fused ops appeared: {sum(fused.values())}", style=FUSED))
     else:
         console.print("fused ops appeared: none")
+
+
+def render_hunks(console: Console, hunks: list[dict[str, Any]]) -> None:
+    """``inspect NEW --diff OLD --nodes``: per rewritten region, the nodes OLD had (-),
+    those NEW has (+), and the nodes that now read the replacement."""
+    for hunk in hunks:
+        console.print()
+        what = ", ".join(hunk["fused"]) or "no fused op"
+        console.print(Text(f"@@ {what}", style=FUSED if hunk["fused"] else "bold"))
+        for line in hunk["removed"]:
+            _code(console, line, "- ", "red")
+        for line in hunk["added"]:
+            _code(console, line, "+ ", "green")
+        for before, after in hunk["changed"]:
+            _code(console, before, "- ", "red")
+            _code(console, after, "+ ", "green")
+    if not hunks:
+        console.print()
+        console.print("no node changed")
 
 
 def render_counts(console: Console, rule_set: str, counts: dict[str, int], dry_run: bool) -> None:

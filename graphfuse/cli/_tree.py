@@ -122,13 +122,14 @@ def repeated(patterns: tuple[P.Pattern, ...]) -> set[int]:
     return {i for i, n in counts.items() if n > 1}
 
 
-def wrap(text: str, width: int) -> list[str]:
-    """``text`` cut after ", " or before "  " into pieces of at most ``width`` characters
-    where it can be (a piece longer than that stays whole)."""
+def wrap(text: str, width: int, start: int = 0) -> list[str]:
+    """``text`` cut after ", " or before "  " (at or after ``start``) into pieces of at
+    most ``width`` characters where it can be (a piece longer than that stays whole)."""
     if len(text) <= width:
         return [text]
-    out, cur = [], ""
-    for atom in re.split(r"(?<=, )|(?=  )", text):
+    head, rest = text[:start], text[start:]
+    out, cur = [], head
+    for atom in re.split(r"(?<=, )|(?=  )", rest):
         if cur.strip() and len(cur.rstrip() + atom.rstrip()) > width:
             out.append(cur.rstrip())
             cur = atom.lstrip()

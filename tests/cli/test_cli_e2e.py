@@ -155,10 +155,13 @@ def test_apply_verify_report_then_inspect(files, tmp_path: Path) -> None:
     names = [n.name for n in fused.graph.nodes if str(n.target).startswith("graphfuse.")]
     assert names
 
-    diff = gf("inspect", src, "--diff", out)
+    diff = gf("inspect", out, "--diff", src, "--nodes")
     assert diff.returncode == 0, diff.stderr
-    assert "aten.scaled_dot_product_attention.default" in diff.stdout
+    gone = diff.stdout.split("Disappeared from ")[1].split("\nAppeared in ")[0]
+    assert "aten.scaled_dot_product_attention.default" in gone
     assert "(fused)" in diff.stdout and "fused ops appeared: 1" in diff.stdout
+    (hunk,) = diff.stdout.split("\n@@ ")[1:]
+    assert hunk.startswith(names[0]) and "\n- scaled_dot_product_attention: " in hunk
 
     node = gf("inspect", out, "--node", names[0])
     assert node.returncode == 0, node.stderr

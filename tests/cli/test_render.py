@@ -39,8 +39,22 @@ NODE = {
         "dtype": "float8_e4m3fn",
     },
     "source": 'File "model.py", line 63, in forward: o = F.scaled_dot_product_attention(',
+    "code": "attention_fp8: f8e4m3fn[1, 16, 2, 64] = graphfuse.attention_fp8.default(q, k, v, "
+    "None, True, 0.125, 'bhsd', 'default', out_scale)",
+    "arguments": [
+        {"name": "q", "value": "q", "how": ""},
+        {"name": "attn_mask", "value": "None", "how": ""},
+        {"name": "dim", "value": "-1", "how": "keyword; matched as 3"},
+        {"name": "scale", "value": "None", "how": "default"},
+    ],
     "inputs": [
-        {"name": "q", "op": "aten.transpose.int", "shape": [1, 2, 16, 64], "dtype": "bfloat16"}
+        {
+            "name": "q",
+            "op": "aten.transpose.int",
+            "shape": [1, 2, 16, 64],
+            "dtype": "bfloat16",
+            "code": "q: bf16[1, 2, 16, 64] = aten.transpose.int(view, 1, 2)",
+        }
     ],
     "users": [],
 }
@@ -123,7 +137,30 @@ RULE = {
     },
     "rewrite": {"name": "quant", "location": "my_rules.py:24", "source": []},
 }
+CODE = [
+    "x: f32[8, 64] = input",
+    "s: f32[] = input",
+    "div: f32[8, 64] = aten.div.Tensor(x, s)",
+    "_assert_tensor_metadata_default = aten._assert_tensor_metadata.default(div, "
+    "dtype=torch.float32, device='cpu', layout=torch.strided)",
+    "to: f8e4m3fn[8, 64] = aten.to.dtype(div, torch.float8_e4m3fn)",
+    "return (to,)",
+]
+HUNKS = [
+    {
+        "fused": ["fp8_static_quant_default (graphfuse.fp8_static_quant.default)"],
+        "removed": [CODE[2], CODE[4]],
+        "added": [
+            "fp8_static_quant_default: f8e4m3fn[8, 64] = graphfuse.fp8_static_quant.default(x, s)"
+        ],
+        "changed": [["return (to,)", "return (fp8_static_quant_default,)"]],
+    },
+    {"fused": [], "removed": [CODE[3]], "added": [], "changed": []},
+]
 RENDERS = {
+    "graph": lambda c: _render.render_graph(c, "model.pt2", CODE),
+    "hunks": lambda c: _render.render_hunks(c, HUNKS),
+    "hunks_none": lambda c: _render.render_hunks(c, []),
     "summary": lambda c: _render.render_summary(c, "model.pt2", SUMMARY, top=2),
     "node": lambda c: _render.render_node(c, NODE),
     "diff": lambda c: _render.render_diff(c, "a.pt2", "b.pt2", DIFF),
@@ -156,6 +193,34 @@ RENDERS = {
 
 
 GOLDEN = {
+    "graph": """\
+model.pt2 - 6 nodes, as graph code
+x: f32[8, 64] = input
+s: f32[] = input
+div: f32[8, 64] = aten.div.Tensor(x, s)
+_assert_tensor_metadata_default = aten._assert_tensor_metadata.default(div,
+    dtype=torch.float32, device='cpu', layout=torch.strided)
+to: f8e4m3fn[8, 64] = aten.to.dtype(div, torch.float8_e4m3fn)
+return (to,)
+""",
+    "hunks": """\
+
+@@ fp8_static_quant_default (graphfuse.fp8_static_quant.default)
+- div: f32[8, 64] = aten.div.Tensor(x, s)
+- to: f8e4m3fn[8, 64] = aten.to.dtype(div, torch.float8_e4m3fn)
++ fp8_static_quant_default: f8e4m3fn[8, 64]
+      = graphfuse.fp8_static_quant.default(x, s)
+- return (to,)
++ return (fp8_static_quant_default,)
+
+@@ no fused op
+- _assert_tensor_metadata_default = aten._assert_tensor_metadata.default(
+      div, dtype=torch.float32, device='cpu', layout=torch.strided)
+""",
+    "hunks_none": """\
+
+no node changed
+""",
     "summary": """\
 model.pt2 - 44 nodes
 weights: 5 parameters, 2 buffers, 0 constants (96.2 KiB)
@@ -184,33 +249,36 @@ Ops (3 kinds)
 graphfuse ops: 1 call(s) of 1 kind(s)
 """,
     "node": """\
-attention_fp8 = graphfuse.attention_fp8.default (fused)
-shape [1, 16, 2, 64]  dtype float8_e4m3fn
+attention_fp8: f8e4m3fn[1, 16, 2, 64]
+    = graphfuse.attention_fp8.default(q, k, v, None, True, 0.125, 'bhsd',
+    'default', out_scale)
+a graphfuse op: graphfuse.attention_fp8.default (fused)
   File "model.py", line 63, in forward: o = F.scaled_dot_product_attention(
+Arguments
+
+ name        value   note
+ ─────────────────────────────────────────
+ q           q
+ attn_mask   None
+ dim         -1      keyword; matched as 3
+ scale       None    default
+
 Reads
-
- node   op                   shape            dtype
- ─────────────────────────────────────────────────────
- q      aten.transpose.int   [1, 2, 16, 64]   bfloat16
-
+  q: bf16[1, 2, 16, 64] = aten.transpose.int(view, 1, 2)
 Read by
-
- node   op   shape   dtype
- ─────────────────────────
- -
-
+  nothing
 """,
     "diff": """\
 a.pt2 -> b.pt2
 nodes: 58 -> 44 (-14)
-Disappeared
+Disappeared from a.pt2
 
  op                                          count
  ─────────────────────────────────────────────────
  aten.reshape.default                           -3
  aten.scaled_dot_product_attention.default      -1
 
-Appeared
+Appeared in b.pt2
 
  op                                        count
  ───────────────────────────────────────────────

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.cli.test_cli_e2e import _error, gf
 
@@ -40,10 +41,13 @@ def quant(m, b):
 
 RULES = graphfuse.RuleSet("mine", [graphfuse.Rule("my_quant", QUANT, quant, check_scale)])
 '''
+MODEL = """\
+import torch
+
 F8 = torch.float8_e4m3fn
 
 
-class _Quants(torch.nn.Module):
+class Quants(torch.nn.Module):
     def forward(self, x, s, s2):
         y = x / s
         return (
@@ -57,12 +61,22 @@ class _Quants(torch.nn.Module):
         )
 
 
+torch.manual_seed(0)
+args = (torch.randn(8, 64), torch.tensor(2.0), torch.rand(1, 64) + 1)
+torch.export.save(torch.export.export(Quants(), args), "quants.pt2")
+"""
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """my_rules.py, quants_model.py and the quants.pt2 it writes (run in that folder, so
+    the stack traces name ``quants_model.py``), and fused.pt2 from ``apply``."""
     d = tmp_path_factory.mktemp("views")
     (d / "my_rules.py").write_text(RULES)
-    args = (torch.randn(8, 64), torch.tensor(2.0), torch.rand(1, 64) + 1)
-    torch.export.save(torch.export.export(_Quants(), args), d / "quants.pt2")
+    (d / "quants_model.py").write_text(MODEL)
+    subprocess.run([sys.executable, "quants_model.py"], cwd=d, check=True, timeout=600)
+    res = gf("apply", "quants.pt2", "-p", "my_rules.py", "-o", "fused.pt2", cwd=d)
+    assert res.returncode == 0, res.stderr
     return {p.name: p for p in d.iterdir()} | {"dir": d}
 
 
@@ -138,10 +152,158 @@ def test_patterns_show_unknown_rule(files) -> None:
     _error(gf("patterns", "--show", "fp8_statc_quant"), "no rule named", "fp8_static_quant")
 
 
+GRAPH = """\
+quants.pt2 - 31 nodes, as graph code
+x: f32[8, 64] = input
+s: f32[] = input
+s2: f32[1, 64] = input
+div: f32[8, 64] = aten.div.Tensor(x, s)
+div_1: f32[8, 64] = aten.div.Tensor(x, s)
+clamp: f32[8, 64] = aten.clamp.default(div_1, -448, 448)
+_assert_tensor_metadata_default = aten._assert_tensor_metadata.default(
+    clamp, dtype=torch.float32, device='cpu', layout=torch.strided)
+to: f8e4m3fn[8, 64] = aten.to.dtype(clamp, torch.float8_e4m3fn)
+div_2: f32[8, 64] = aten.div.Tensor(x, s2)
+clamp_1: f32[8, 64] = aten.clamp.default(div_2, -448, 448)
+_assert_tensor_metadata_default_1 = aten._assert_tensor_metadata.default(
+    clamp_1, dtype=torch.float32, device='cpu', layout=torch.strided)
+to_1: f8e4m3fn[8, 64] = aten.to.dtype(clamp_1, torch.float8_e4m3fn)
+div_3: f32[8, 64] = aten.div.Tensor(x, s)
+clamp_2: f32[8, 64] = aten.clamp.default(div_3, -400, 400)
+_assert_tensor_metadata_default_2 = aten._assert_tensor_metadata.default(
+    clamp_2, dtype=torch.float32, device='cpu', layout=torch.strided)
+to_2: f8e4m3fn[8, 64] = aten.to.dtype(clamp_2, torch.float8_e4m3fn)
+reciprocal: f32[] = aten.reciprocal.default(s)
+mul: f32[8, 64] = aten.mul.Tensor(x, reciprocal)
+clamp_3: f32[8, 64] = aten.clamp.default(mul, -448, 448)
+_assert_tensor_metadata_default_3 = aten._assert_tensor_metadata.default(
+    clamp_3, dtype=torch.float32, device='cpu', layout=torch.strided)
+to_3: f8e4m3fn[8, 64] = aten.to.dtype(clamp_3, torch.float8_e4m3fn)
+_assert_tensor_metadata_default_4 = aten._assert_tensor_metadata.default(x,
+    dtype=torch.float32, device='cpu', layout=torch.strided)
+to_4: bf16[8, 64] = aten.to.dtype(x, torch.bfloat16)
+div_4: bf16[8, 64] = aten.div.Tensor(to_4, s)
+clamp_4: bf16[8, 64] = aten.clamp.default(div_4, -448, 448)
+_assert_tensor_metadata_default_5 = aten._assert_tensor_metadata.default(
+    clamp_4, dtype=torch.bfloat16, device='cpu', layout=torch.strided)
+to_5: f8e4m3fn[8, 64] = aten.to.dtype(clamp_4, torch.float8_e4m3fn)
+clamp_5: f32[8, 64] = aten.clamp.default(div, -448, 448)
+_assert_tensor_metadata_default_6 = aten._assert_tensor_metadata.default(
+    clamp_5, dtype=torch.float32, device='cpu', layout=torch.strided)
+to_6: f8e4m3fn[8, 64] = aten.to.dtype(clamp_5, torch.float8_e4m3fn)
+return (to, to_1, to_2, to_3, to_5, to_6, div)
+"""
+
+
+NODE = """\
+clamp_2: f32[8, 64] = aten.clamp.default(div_3, -400, 400)
+  File "quants_model.py", line 12, in forward: (x / s).clamp(-400, 400).to(F8),
+  # another literal
+Arguments
+
+ name   value   note
+ ───────────────────
+ self   div_3
+ min    -400
+ max    400
+
+Reads
+  div_3: f32[8, 64] = aten.div.Tensor(x, s)
+Read by
+  _assert_tensor_metadata_default_2 = aten._assert_tensor_metadata.default(
+      clamp_2, dtype=torch.float32, device='cpu', layout=torch.strided)
+  to_2: f8e4m3fn[8, 64] = aten.to.dtype(clamp_2, torch.float8_e4m3fn)
+"""
+
+
+DIFF = """\
+quants.pt2 -> fused.pt2
+nodes: 31 -> 24 (-7)
+Disappeared from quants.pt2
+
+ op                                     count
+ ────────────────────────────────────────────
+ aten._assert_tensor_metadata.default      -2
+ aten.clamp.default                        -2
+ aten.to.dtype                             -2
+ aten.div.Tensor                           -1
+ aten.mul.Tensor                           -1
+ aten.reciprocal.default                   -1
+
+Appeared in fused.pt2
+
+ op                                           count
+ ──────────────────────────────────────────────────
+ graphfuse.fp8_static_quant.default (fused)      +2
+
+fused ops appeared: 2
+
+@@ fp8_static_quant_default (graphfuse.fp8_static_quant.default)
+- div_1: f32[8, 64] = aten.div.Tensor(x, s)
+- clamp: f32[8, 64] = aten.clamp.default(div_1, -448, 448)
+- _assert_tensor_metadata_default = aten._assert_tensor_metadata.default(
+      clamp, dtype=torch.float32, device='cpu', layout=torch.strided)
+- to: f8e4m3fn[8, 64] = aten.to.dtype(clamp, torch.float8_e4m3fn)
++ fp8_static_quant_default: f8e4m3fn[8, 64]
+      = graphfuse.fp8_static_quant.default(x, s)
+- return (to, to_1, to_2, to_3, to_5, to_6, div)
++ return (fp8_static_quant_default, to_1, to_2, fp8_static_quant_default_1,
+      to_5, to_6, div)
+
+@@ fp8_static_quant_default_1 (graphfuse.fp8_static_quant.default)
+- reciprocal: f32[] = aten.reciprocal.default(s)
+- mul: f32[8, 64] = aten.mul.Tensor(x, reciprocal)
+- clamp_3: f32[8, 64] = aten.clamp.default(mul, -448, 448)
+- _assert_tensor_metadata_default_3 = aten._assert_tensor_metadata.default(
+      clamp_3, dtype=torch.float32, device='cpu', layout=torch.strided)
+- to_3: f8e4m3fn[8, 64] = aten.to.dtype(clamp_3, torch.float8_e4m3fn)
++ fp8_static_quant_default_1: f8e4m3fn[8, 64]
+      = graphfuse.fp8_static_quant.default(x, s)
+- return (to, to_1, to_2, to_3, to_5, to_6, div)
++ return (fp8_static_quant_default, to_1, to_2, fp8_static_quant_default_1,
+      to_5, to_6, div)
+"""
+
+
+def test_inspect_graph(files) -> None:
+    assert _text(run(files, "inspect", "quants.pt2", "--graph")) == GRAPH
+    res = run(files, "inspect", "quants.pt2", "--graph", "--json")
+    code = json.loads(res.stdout)["code"]
+    assert code[5] == "clamp: f32[8, 64] = aten.clamp.default(div_1, -448, 448)"
+
+
+def test_inspect_node_lists_literal_arguments(files) -> None:
+    assert _text(run(files, "inspect", "quants.pt2", "--node", "clamp_2")) == NODE
+    info = json.loads(run(files, "inspect", "quants.pt2", "--node", "clamp_2", "--json").stdout)
+    assert info["arguments"] == [
+        {"name": "self", "value": "div_3", "how": ""},
+        {"name": "min", "value": "-400", "how": ""},
+        {"name": "max", "value": "400", "how": ""},
+    ]
+    assert info["source"].startswith('File "quants_model.py", line 12, in forward')
+
+
+def test_inspect_diff_new_against_old_node_by_node(files) -> None:
+    assert _text(run(files, "inspect", "fused.pt2", "--diff", "quants.pt2", "--nodes")) == DIFF
+    res = run(files, "inspect", "fused.pt2", "--diff", "quants.pt2", "--nodes", "--json")
+    delta = json.loads(res.stdout)
+    assert delta["nodes"] == [31, 24] and delta["disappeared"]["aten.clamp.default"] == 2
+    assert [len(h["removed"]) for h in delta["hunks"]] == [4, 5]
+    assert [h["added"][0].split(":")[0] for h in delta["hunks"]] == [
+        "fp8_static_quant_default",
+        "fp8_static_quant_default_1",
+    ]
+
+
+def test_inspect_usage_errors(files) -> None:
+    _error(run(files, "inspect", "quants.pt2", "--nodes"), "--nodes needs --diff", code=2)
+    _error(run(files, "inspect", "quants.pt2", "--graph", "--node", "x"), "give one", code=2)
+
+
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-@pytest.mark.parametrize("name", ["RULES", "SHOW"])
+@pytest.mark.parametrize("name", ["RULES", "MODEL", "SHOW", "GRAPH", "NODE", "DIFF"])
 def test_docs_show_the_real_output(name: str) -> None:
     """docs/cli.md holds each golden output above word for word."""
     assert globals()[name] in DOCS.read_text()
