@@ -89,14 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
         "fuse what the rule sets match; write OUT",
         "Apply rule sets to an exported program and write the rewritten program to OUT.\n"
         "IN is never modified; OUT and the report are written only when everything\n"
-        "succeeded. Prints how often each rule fired.",
+        "succeeded. Prints how often each rule fired. --dry-run changes and writes no\n"
+        "program: it lists every match that would fire (rule, root node, the nodes it\n"
+        "removes, where the rule is defined).",
         "  graphfuse apply model.pt2 -o fused.pt2\n"
         "  graphfuse apply model.pt2 -o fused.pt2 -p trtllm -p my_rules.py --verify\n"
-        "  graphfuse apply model.pt2 -o fused.pt2 --json report.json",
+        "  graphfuse apply model.pt2 -o fused.pt2 --json report.json\n"
+        "  graphfuse apply model.pt2 --dry-run -p my_rules.py --json matches.json",
     )
     p.add_argument("file", metavar="IN.pt2", help="the exported program (never modified)")
     p.add_argument(
-        "-o", "--output", required=True, metavar="OUT.pt2", help="where to write the result"
+        "-o", "--output", metavar="OUT.pt2", help="where to write the result (not with --dry-run)"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="rewrite nothing, write no program: list every match that would fire",
     )
     _rules_option(p, _RULES_HELP)
     p.add_argument("--json", dest="report", metavar="REPORT.json", help="write the report")
@@ -183,6 +191,12 @@ def _check_combinations(parser: argparse.ArgumentParser, args: argparse.Namespac
     """Usage errors argparse cannot see: options that only work together or alone."""
     (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     command = sub.choices[args.command]
+    if args.command == "apply":
+        if args.dry_run and (args.output or args.verify):
+            given = "-o" if args.output else "--verify"
+            command.error(f"--dry-run writes and runs no program; leave out {given}")
+        if not args.dry_run and not args.output:
+            command.error("the following arguments are required: -o/--output (or --dry-run)")
     if args.command == "inspect":
         views = [
             o

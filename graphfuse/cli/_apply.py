@@ -1,4 +1,4 @@
-"""``graphfuse apply IN.pt2 -o OUT.pt2 [-p ...] [--json REPORT] [--verify]``."""
+"""``graphfuse apply IN.pt2 (-o OUT.pt2 | --dry-run) [-p ...] [--json REPORT] [--verify]``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterator
 
 from . import _render
-from ._common import CliError, console, load, rule_set
+from ._common import CliError, console, load, rule_set, where
 
 
 def _same(a: str, b: str) -> bool:
@@ -22,7 +22,7 @@ def _same(a: str, b: str) -> bool:
 
 
 def _check_paths(args: argparse.Namespace) -> None:
-    if _same(args.output, args.file):
+    if args.output and _same(args.output, args.file):
         raise CliError(f"{args.output}: is the input file; graphfuse never overwrites its input")
     for path in (args.output, args.report):
         if not path:
@@ -34,7 +34,7 @@ def _check_paths(args: argparse.Namespace) -> None:
             raise CliError(f"{path}: the folder {folder} does not exist")
         if not os.access(folder, os.W_OK):
             raise CliError(f"{path}: the folder {folder} is not writable")
-    if args.report and (_same(args.report, args.file) or _same(args.report, args.output)):
+    if args.report and any(_same(args.report, p) for p in (args.file, args.output) if p):
         raise CliError(f"{args.report}: the report must not overwrite IN or OUT")
 
 
@@ -76,6 +76,24 @@ def _staged_text(path: str, text: str) -> str:
     return tmp
 
 
+def fired_row(fired: object) -> dict[str, object]:
+    """A :class:`~graphfuse.run.report.Fired` as plain data, its ``where`` relative to the
+    current folder (or the graphfuse sources) when inside it."""
+    row = fired.to_dict()  # type: ignore[attr-defined]
+    path, _, line = row["where"].rpartition(":")
+    row["where"] = where((path, int(line))) if line.isdigit() else row["where"]
+    return row
+
+
+def _write_report(path: str, report: object) -> None:
+    staged = _staged_text(path, json.dumps(report.to_dict(), indent=2) + "\n")  # type: ignore[attr-defined]
+    try:
+        os.replace(staged, path)
+    finally:
+        if os.path.exists(staged):
+            os.unlink(staged)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``graphfuse apply``; returns the exit code."""
     from .. import api
@@ -86,10 +104,16 @@ def run(args: argparse.Namespace) -> int:
     rules = rule_set(args)
     ep = load(args.file, args)
     with _progress(f"matching {rules.name}") as callback:
-        result = api.apply(ep, rules, progress=callback)
+        result = api.apply(ep, rules, dry_run=args.dry_run, progress=callback)
     out = console()
     report = result.report
     _render.render_counts(out, report.rule_set, report.counts, report.dry_run)
+    if args.dry_run:
+        _render.render_fired(out, [fired_row(f) for f in report.fired], report.dry_run)
+        if args.report:
+            _write_report(args.report, report)
+            out.print(f"wrote {args.report}")
+        return 0
     if args.verify:
         rows, ok = verify(ep, result.program)
         _render.render_verify(out, rows, ok, TOLERANCE)

@@ -40,3 +40,15 @@ def console(file: TextIO | None = None, *, stderr: bool = False) -> Console:
     if os.environ.get("COLUMNS", "").isdigit():
         width = int(os.environ["COLUMNS"])
     return Console(file=file, stderr=stderr, width=width, highlight=False, soft_wrap=False)
+
+
+def where(location: tuple[str, int]) -> str:
+    """``file:line``, relative to the folder above the graphfuse sources when inside it,
+    else to the current folder when inside that."""
+    path, line = location
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # graphfuse/
+    for base in (os.path.dirname(package), os.getcwd()):
+        if path and os.path.abspath(path).startswith(base + os.sep):
+            path = os.path.relpath(path, base)
+            break
+    return f"{path}:{line}"

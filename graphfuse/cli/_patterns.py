@@ -7,25 +7,12 @@ import argparse
 import difflib
 import inspect
 import json
-import os
 from typing import Any
 
 from . import _render, _tree
-from ._common import CliError, console
+from ._common import CliError, console, where
 
 SOURCE_LINES = 40  # the most lines of a check's source that --show prints
-
-
-def _where(location: tuple[str, int]) -> str:
-    """``file:line``, relative to the folder above the graphfuse sources when inside it,
-    else to the current folder when inside that."""
-    path, line = location
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # graphfuse/
-    for base in (os.path.dirname(package), os.getcwd()):
-        if path and os.path.abspath(path).startswith(base + os.sep):
-            path = os.path.relpath(path, base)
-            break
-    return f"{path}:{line}"
 
 
 def describe(names: list[str]) -> list[dict[str, Any]]:
@@ -39,7 +26,7 @@ def describe(names: list[str]) -> list[dict[str, Any]]:
             {
                 "name": r.name,
                 "doc": (r.doc or "").strip().splitlines()[0] if r.doc else "",
-                "location": _where(r.location),
+                "location": where(r.location),
             }
             for r in rs.rules
         ]
@@ -54,7 +41,7 @@ def _function(fn: Any) -> dict[str, Any]:
         return {"name": "the traced replacement (traced_rule)", "location": "", "source": []}
     try:
         lines, first = inspect.getsourcelines(fn)
-        location = _where((inspect.getsourcefile(fn) or "", first))
+        location = where((inspect.getsourcefile(fn) or "", first))
     except (OSError, TypeError):
         return {"name": name, "location": "", "source": []}
     return {"name": name, "location": location, "source": [ln.rstrip() for ln in lines]}
@@ -88,7 +75,7 @@ def show(names: list[str], rule_name: str) -> dict[str, Any]:
     return {
         "rule": rule.name,
         "rule_set": rs.name,
-        "location": _where(rule.location),
+        "location": where(rule.location),
         "priority": rule.priority,
         "doc": rule.doc,
         "roots": sorted({dsl.target_repr(t) for t in anchor_targets(rule.patterns[0])}),

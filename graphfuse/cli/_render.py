@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._graphinfo import is_fused
+from ._tree import wrap
 
 FUSED = "bold magenta"
 
@@ -91,8 +92,6 @@ def render_summary(console: Console, path: str, info: dict[str, Any], top: int =
 
 def _code(console: Console, line: str, prefix: str = "", style: str = "") -> None:
     """One line of graph code, cut at argument boundaries to the console's width."""
-    from ._tree import wrap
-
     call = line.find("(", line.find(" = ") + 1) if " = " in line else line.find("(")
     width = max(console.width - len(prefix) - 4, 20)
     pieces = wrap(line, width, call + 1)
@@ -178,14 +177,39 @@ def render_hunks(console: Console, hunks: list[dict[str, Any]]) -> None:
 
 
 def render_counts(console: Console, rule_set: str, counts: dict[str, int], dry_run: bool) -> None:
-    """The rules x rewrites table of ``graphfuse apply``."""
-    title = f"Rule set {rule_set}" + (" (dry run)" if dry_run else "")
-    table = _table(title, "rule", "rewrites", right=("rewrites",))
+    """The rules x rewrites table of ``graphfuse apply`` (x matches for a dry run)."""
+    console.print(Text(f"Rule set {rule_set}" + (" (dry run)" if dry_run else ""), style="bold"))
+    column = "would fire" if dry_run else "rewrites"
+    table = _table("", "rule", column, right=(column,))
     for rule, n in counts.items():
         table.add_row(Text(rule, style="bold green") if n else Text(rule), str(n))
     console.print(table)
     total = sum(counts.values())
-    console.print(f"{total} rewrite(s)" if total else "nothing matched (the program is unchanged)")
+    if dry_run:
+        console.print(f"{total} match(es) would fire; nothing was rewritten")
+    else:
+        console.print(
+            f"{total} rewrite(s)" if total else "nothing matched (the program is unchanged)"
+        )
+
+
+def render_fired(console: Console, rows: list[dict[str, Any]], dry_run: bool) -> None:
+    """Every match that fired (``apply -v``) or would fire (``apply --dry-run``): rule,
+    root node, where the rule is defined, and the nodes it removes."""
+    verb = "Would fire" if dry_run else "Fired"
+    console.print()
+    console.print(Text(f"{verb}: {len(rows)} match(es)", style="bold"))
+    for row in rows:
+        head = Text("  ")
+        head.append(row["rule"], style="bold green")
+        head.append(f" at {row['root']}")
+        if row.get("sweep", 1) > 1:
+            head.append(f" (sweep {row['sweep']})")
+        head.append(f"  {row['where']}", style="dim")
+        console.print(head)
+        pieces = wrap("removes " + ", ".join(row["removed"]), max(console.width - 6, 20))
+        for k, piece in enumerate(pieces):
+            console.print(Text(("    " if k == 0 else "      ") + piece))
 
 
 def render_verify(console: Console, rows: list[dict[str, Any]], ok: bool, tol: float) -> None:

@@ -44,6 +44,31 @@ def near_miss(rule: str, failure: Failure, fallback: fx.Node) -> NearMiss:
     return NearMiss(rule, node.name, str(failure), target, node.meta.get("stack_trace") or "")
 
 
+@dataclass(frozen=True)
+class Fired:
+    """A match that fired (in a dry run: that would fire): the rule, the node it was
+    rooted at, the nodes it removes (matched nodes, in match order), the ``file:line``
+    where the rule is defined, and the sweep it fired in."""
+
+    rule: str
+    root: str
+    removed: tuple[str, ...]
+    where: str
+    sweep: int = 1
+
+    def __str__(self) -> str:
+        return f"rule {self.rule} at {self.root}: removes {', '.join(self.removed)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "root": self.root,
+            "removed": list(self.removed),
+            "where": self.where,
+            "sweep": self.sweep,
+        }
+
+
 @dataclass
 class Report:
     """The outcome of :func:`graphfuse.apply` / :func:`graphfuse.explain`.
@@ -56,6 +81,8 @@ class Report:
         timings: seconds spent per phase (``copy``, ``rewrite``, ``recompile``).
         skipped: why the rules did not run on the graph at all (empty when they ran), e.g.
             a training graph under ``torch.compile``.
+        fired: every match that fired (in a dry run: that would fire in the first sweep),
+            in the order it did, as :class:`Fired`.
     """
 
     rule_set: str
@@ -65,6 +92,7 @@ class Report:
     dry_run: bool = False
     timings: dict[str, float] = field(default_factory=dict)
     skipped: str = ""
+    fired: list[Fired] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -83,6 +111,7 @@ class Report:
             "dry_run": self.dry_run,
             "timings": dict(self.timings),
             "skipped": self.skipped,
+            "fired": [f.to_dict() for f in self.fired],
         }
 
     def to_json(self, **kwargs: Any) -> str:

@@ -13,7 +13,7 @@ from ..match import Failure, Match, Tracer, match_rule
 from ..rewrite import FakePropagator, apply_match
 from ..rules import Rule, RuleSet
 from .hops import hidden_matches
-from .report import NearMiss, Report, near_miss
+from .report import Fired, NearMiss, Report, near_miss
 
 Progress = Callable[[int, int], None]
 
@@ -106,6 +106,8 @@ def run_rules(
                 if isinstance(res, Match):
                     report.counts[rule.name] += 1
                     fired.append(rule.name)
+                    removed = tuple(n.name for n in res.nodes)
+                    report.fired.append(Fired(rule.name, node.name, removed, rule.where, iteration))
                     continue
             failure = res
             if failure is None and tracer is not None and tracer.depth >= min_depth:

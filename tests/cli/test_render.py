@@ -157,7 +157,25 @@ HUNKS = [
     },
     {"fused": [], "removed": [CODE[3]], "added": [], "changed": []},
 ]
+FIRED = [
+    {
+        "rule": "my_quant",
+        "root": "to",
+        "removed": ["to", "clamp", "div_1"],
+        "where": "my_rules.py:27",
+        "sweep": 1,
+    },
+    {
+        "rule": "attention_fp8_out",
+        "root": "to_17",
+        "removed": [f"n_{i}" for i in range(14)],
+        "where": "patterns/trtllm/_rules.py:305",
+        "sweep": 2,
+    },
+]
 RENDERS = {
+    "fired": lambda c: _render.render_fired(c, FIRED, True),
+    "fired_done": lambda c: _render.render_fired(c, FIRED[:1], False),
     "graph": lambda c: _render.render_graph(c, "model.pt2", CODE),
     "hunks": lambda c: _render.render_hunks(c, HUNKS),
     "hunks_none": lambda c: _render.render_hunks(c, []),
@@ -193,6 +211,21 @@ RENDERS = {
 
 
 GOLDEN = {
+    "fired": """\
+
+Would fire: 2 match(es)
+  my_quant at to  my_rules.py:27
+    removes to, clamp, div_1
+  attention_fp8_out at to_17 (sweep 2)  patterns/trtllm/_rules.py:305
+    removes n_0, n_1, n_2, n_3, n_4, n_5, n_6, n_7, n_8, n_9, n_10, n_11, n_12,
+      n_13
+""",
+    "fired_done": """\
+
+Fired: 1 match(es)
+  my_quant at to  my_rules.py:27
+    removes to, clamp, div_1
+""",
     "graph": """\
 model.pt2 - 6 nodes, as graph code
 x: f32[8, 64] = input
@@ -350,11 +383,11 @@ Rule set trtllm
     "counts_nothing": """\
 Rule set trtllm (dry run)
 
- rule                rewrites
- ────────────────────────────
- attention_fp8_out          0
+ rule                would fire
+ ──────────────────────────────
+ attention_fp8_out            0
 
-nothing matched (the program is unchanged)
+0 match(es) would fire; nothing was rewritten
 """,
     "verify": """\
 Verify (random inputs)

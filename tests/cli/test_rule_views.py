@@ -300,10 +300,64 @@ def test_inspect_usage_errors(files) -> None:
     _error(run(files, "inspect", "quants.pt2", "--graph", "--node", "x"), "give one", code=2)
 
 
+DRY_RUN = """\
+Rule set mine (dry run)
+
+ rule       would fire
+ ─────────────────────
+ my_quant            2
+
+2 match(es) would fire; nothing was rewritten
+
+Would fire: 2 match(es)
+  my_quant at to  my_rules.py:27
+    removes to, clamp, div_1
+  my_quant at to_3  my_rules.py:27
+    removes to_3, clamp_3, mul, reciprocal
+wrote matches.json
+"""
+
+
+def test_apply_dry_run_lists_what_would_fire(files) -> None:
+    """No -o needed; nothing but the report is written; the report's ``fired`` is what
+    ``graphfuse.apply(..., dry_run=True).report.fired`` holds, and what a real apply fires."""
+    import graphfuse
+    from graphfuse.io import load_program
+
+    before = sorted(p.name for p in files["dir"].iterdir())
+    res = run(
+        files, "apply", "quants.pt2", "-p", "my_rules.py", "--dry-run", "--json", "matches.json"
+    )
+    assert _text(res) == DRY_RUN
+    report = json.loads((files["dir"] / "matches.json").read_text())
+    (files["dir"] / "matches.json").unlink()
+    assert sorted(p.name for p in files["dir"].iterdir()) == before
+    assert report["dry_run"] and report["counts"] == {"my_quant": 2}
+    rules = graphfuse.load_patterns(str(files["my_rules.py"]))
+    ep = load_program(files["quants.pt2"])
+    dry = graphfuse.apply(ep, rules, dry_run=True).report
+    assert [f.to_dict() for f in dry.fired] == report["fired"]
+    assert [(f.rule, f.root, f.removed) for f in dry.fired] == [
+        ("my_quant", "to", ("to", "clamp", "div_1")),
+        ("my_quant", "to_3", ("to_3", "clamp_3", "mul", "reciprocal")),
+    ]
+    assert dry.fired[0].where == f"{files['my_rules.py']}:27"
+    done = graphfuse.apply(ep, rules).report
+    assert [(f.rule, f.root, f.removed) for f in done.fired] == [
+        (f.rule, f.root, f.removed) for f in dry.fired
+    ]
+
+
+def test_apply_dry_run_usage(files) -> None:
+    _error(run(files, "apply", "quants.pt2", "--dry-run", "-o", "x.pt2"), "leave out -o", code=2)
+    _error(run(files, "apply", "quants.pt2", "--dry-run", "--verify"), "--verify", code=2)
+    _error(run(files, "apply", "quants.pt2"), "-o/--output (or --dry-run)", code=2)
+
+
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-@pytest.mark.parametrize("name", ["RULES", "MODEL", "SHOW", "GRAPH", "NODE", "DIFF"])
+@pytest.mark.parametrize("name", ["RULES", "MODEL", "SHOW", "GRAPH", "NODE", "DIFF", "DRY_RUN"])
 def test_docs_show_the_real_output(name: str) -> None:
     """docs/cli.md holds each golden output above word for word."""
     assert globals()[name] in DOCS.read_text()
