@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import _library  # noqa: F401  (defines the schemas first)
 
 # isort: split
-from . import _fake_attention, _fake_paged, _fake_quant  # noqa: F401
+from . import _fake_attention, _fake_norm_act, _fake_paged, _fake_quant  # noqa: F401
 from ._native import native_available as native_available
 from ._native import native_variant as native_variant
 

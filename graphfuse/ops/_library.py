@@ -64,6 +64,37 @@ SCHEMAS = {
         "Tensor seq_lens, Tensor? q_scale, Tensor? k_scale, Tensor? v_scale, float? scale, "
         "Tensor out_global_scale) -> (Tensor, Tensor)"
     ),
+    # RMSNorm and activation-and-mul fused with a static quant (semantics in docs/numerics.md).
+    # norm_dtype: the dtype the normalised value is rounded to (None: x's); weight_first:
+    # multiply by the weight in fp32 before that rounding (aten.rms_norm) instead of after
+    # it (transformers). The add_ variants normalise x + residual and also return that sum.
+    "rms_norm_quant_fp8": (
+        "rms_norm_quant_fp8(Tensor x, Tensor weight, float eps, Tensor scale, "
+        "ScalarType? norm_dtype=None, bool weight_first=False) -> Tensor"
+    ),
+    "add_rms_norm_quant_fp8": (
+        "add_rms_norm_quant_fp8(Tensor x, Tensor residual, Tensor weight, float eps, "
+        "Tensor scale, ScalarType? norm_dtype=None, bool weight_first=False) -> (Tensor, Tensor)"
+    ),
+    "rms_norm_quant_nvfp4": (
+        "rms_norm_quant_nvfp4(Tensor x, Tensor weight, float eps, Tensor global_scale, "
+        "ScalarType? norm_dtype=None, bool weight_first=False, bool swizzle=True) "
+        "-> (Tensor, Tensor)"
+    ),
+    "add_rms_norm_quant_nvfp4": (
+        "add_rms_norm_quant_nvfp4(Tensor x, Tensor residual, Tensor weight, float eps, "
+        "Tensor global_scale, ScalarType? norm_dtype=None, bool weight_first=False, "
+        "bool swizzle=True) -> (Tensor, Tensor, Tensor)"
+    ),
+    # activation(gate) * up, quantized; activation: "silu" | "gelu_tanh"
+    "act_and_mul_quant_fp8": (
+        "act_and_mul_quant_fp8(Tensor gate, Tensor up, Tensor scale, str activation=\"silu\") "
+        "-> Tensor"
+    ),
+    "act_and_mul_quant_nvfp4": (
+        "act_and_mul_quant_nvfp4(Tensor gate, Tensor up, Tensor global_scale, "
+        "str activation=\"silu\", bool swizzle=True) -> (Tensor, Tensor)"
+    ),
 }
 
 for _schema in SCHEMAS.values():
