@@ -180,35 +180,44 @@ def attention_only() -> graphfuse.RuleSet:
     return graphfuse.RuleSet("attention_fp8_out", only)
 
 
-def _value_of(program: ExportedProgram, name: str, ids: torch.Tensor) -> torch.Tensor:
-    """The value node ``name`` of ``program`` computes on ``ids``."""
+def values_of(program: ExportedProgram, names: set[str], ids: torch.Tensor) -> dict:
+    """The values the nodes ``names`` of ``program``'s graph take on ``ids`` (the graph run
+    as it is, its parameters, buffers and constants passed in signature order)."""
+    from torch.export.graph_signature import InputKind
+
+    state = {**program.state_dict, **program.constants}
+    flat = [
+        ids if s.kind == InputKind.USER_INPUT else state[s.target]
+        for s in program.graph_signature.input_specs
+    ]
     seen: dict[str, torch.Tensor] = {}
 
     class Capture(fx.Interpreter):
         def run_node(self, n: fx.Node) -> object:
             out = super().run_node(n)
-            if n.name == name:
-                seen[name] = out
+            if n.name in names:
+                seen[n.name] = out
             return out
 
     with torch.no_grad():
-        Capture(program.module()).run(ids)
-    return seen[name]
+        Capture(program.graph_module).run(*flat)
+    return seen
 
 
 def first_fused_site(
-    library: str, kind: str, ids: torch.Tensor
+    library: str, kind: str, ids: torch.Tensor, dtype: torch.dtype = torch.bfloat16
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(fused bytes, library bytes) of layer 0's attention output quant, with only
     ``attention_fp8_out`` applied so that both see the same q, k, v."""
-    ep = program(library, kind)
+    ep = program(library, kind, dtype)
     result = graphfuse.apply(ep, attention_only())
     op = torch.ops.graphfuse.attention_fp8.default
     node = next(n for n in result.program.graph.nodes if n.target == op)
     user = next(iter(node.users))  # the quant's first user, kept by the rewrite
     original_user = next(n for n in ep.graph.nodes if n.name == user.name)
     root = original_user.args[user.args.index(node)]
-    return _value_of(result.program, node.name, ids), _value_of(ep, root.name, ids)
+    fused_bytes = values_of(result.program, {node.name}, ids)[node.name]
+    return fused_bytes, values_of(ep, {root.name}, ids)[root.name]
 
 
 def skip_without(*modules: str) -> None:

@@ -22,11 +22,14 @@ def test_torchao_attention_fuses(kind: str) -> None:
 
 
 def test_torchao_fp32_model_fuses() -> None:
+    """In fp32 nothing rounds the attention output to 16 bits before the quant: the fused
+    program's logits are the library's but for the rare last bit ``x * (1 / s)`` moves."""
     ep = L.program("torchao", "pre", torch.float32)
     result = L.fused("torchao", "pre", torch.float32)
     assert result.report.counts["attention_fp8_out"] == 2, result.report.near_misses
-    ids = L.token_ids(7)
-    assert L.rel_l2(L.logits(result.program, ids), L.logits(ep, ids)) <= L.MAX_REL_L2
+    for seed in L.SEEDS:
+        ids = L.token_ids(seed)
+        assert L.rel_l2(L.logits(result.program, ids), L.logits(ep, ids)) <= 1e-3
 
 
 def test_torchao_e5m2_activations_are_explained() -> None:
