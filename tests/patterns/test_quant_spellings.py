@@ -188,3 +188,30 @@ def test_an_integer_scale_is_refused(kind: str) -> None:
     assert result.report.total == 0
     reasons = [nm.reason for nm in result.report.near_misses if nm.rule == "attention_fp8_out"]
     assert reasons == ["the scale s has dtype torch.int32; a scale is a floating tensor"]
+
+
+class QuantUnderNoGrad(nn.Module):
+    """Quantization libraries quantize under ``torch.no_grad()``; exported with gradients
+    on, export wraps that block in ``wrap_with_set_grad_enabled``."""
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, s: Tensor) -> Tensor:
+        o = _attention(q, k, v)
+        with torch.no_grad():
+            return (o / s).clamp(-448, 448).to(FP8)
+
+
+def test_a_quant_inside_a_higher_order_op_is_explained() -> None:
+    args = (*_qkv(), torch.tensor(0.01))
+    ep = _export(QuantUnderNoGrad(), args, "pre")
+    hops = [n for n in ep.graph.nodes if isinstance(n.target, torch._ops.HigherOrderOperator)]
+    assert [n.target.name() for n in hops] == ["wrap_with_set_grad_enabled"]
+    assert graphfuse.apply(ep, "trtllm").report.total == 0
+    (miss,) = [nm for nm in graphfuse.explain(ep).near_misses if "inside" in nm.reason]
+    assert miss.rule == "fp8_static_quant" and miss.node == hops[0].name
+    assert miss.reason.startswith("the pattern matches at ") and miss.reason.endswith(
+        "which is not rewritten: export under torch.no_grad() so that no-grad blocks stay inline"
+    ), miss.reason
+    # the fix works
+    with torch.no_grad():
+        fixed = _export(QuantUnderNoGrad(), args, "pre")
+    assert graphfuse.apply(fixed, "trtllm").report.counts["attention_fp8_out"] == 1
