@@ -11,16 +11,18 @@ from collections.abc import Callable
 
 import torch
 
-# the ops with CUDA impls (``ops.IMPLS``): quant, fused attention, paged decode
-OPS = tuple(
-    f"{base}{suffix}"
-    for base, suffixes in (
-        ("fp8_", ("static_quant", "dequant")),
-        ("nvfp4_", ("quant", "dequant")),
-        ("attention", ("", "_fp8", "_nvfp4")),
-        ("paged_decode_attention", ("", "_fp8", "_nvfp4")),
-    )
-    for suffix in suffixes
+# the ops with CUDA impls (``ops.IMPLS``)
+OPS = (
+    "fp8_static_quant",
+    "fp8_dequant",
+    "nvfp4_quant",
+    "nvfp4_dequant",
+    "attention",
+    "attention_fp8",
+    "attention_nvfp4",
+    "paged_decode_attention",
+    "paged_decode_attention_fp8",
+    "paged_decode_attention_nvfp4",
 )
 
 _LIB = torch.library.Library("graphfuse", "IMPL")
