@@ -22,7 +22,6 @@ _FIXES = {
     "wrap_with_set_grad_enabled": "export under torch.no_grad() so that no-grad blocks stay inline",
     "wrap_with_autocast": "export without torch.autocast (cast the model to the dtype instead)",
 }
-_NO_FIX = "graphfuse does not rewrite inside higher-order ops"
 
 
 def _submodule(gm: torch.nn.Module, target: str) -> object:
@@ -50,7 +49,8 @@ def hidden_matches(graph: fx.Graph, rules: RuleSet) -> list[NearMiss]:
                 continue
             name = hop.target.name()
             where = f"inside {hop.name} (torch.ops.higher_order.{name}, subgraph {attr.target})"
-            tail = f"{where}, which is not rewritten: {_FIXES.get(name, _NO_FIX)}"
+            fix = f": {_FIXES[name]}" if name in _FIXES else ""
+            tail = f"{where}; graphfuse does not rewrite inside higher-order ops{fix}"
             target, trace = f"higher_order.{name}", hop.meta.get("stack_trace") or ""
             for rule, node in _matched(sub.graph, rules):
                 reason = f"the pattern matches at {node.name} {tail}"

@@ -32,7 +32,10 @@ def test_quants_inside_no_grad_blocks_are_explained() -> None:
     assert graphfuse.apply(ep, "trtllm").report.total == 0
     hidden = [nm for nm in graphfuse.explain(ep).near_misses if "inside" in nm.reason]
     assert len(hidden) == 14, [str(nm) for nm in hidden]
-    fix = "which is not rewritten: export under torch.no_grad() so that no-grad blocks stay inline"
+    fix = (
+        "; graphfuse does not rewrite inside higher-order ops: "
+        "export under torch.no_grad() so that no-grad blocks stay inline"
+    )
     for nm in hidden:
         assert nm.rule == "fp8_static_quant", str(nm)
         assert nm.target == "higher_order.wrap_with_set_grad_enabled", nm.target

@@ -209,7 +209,8 @@ def test_a_quant_inside_a_higher_order_op_is_explained() -> None:
     (miss,) = [nm for nm in graphfuse.explain(ep).near_misses if "inside" in nm.reason]
     assert miss.rule == "fp8_static_quant" and miss.node == hops[0].name
     assert miss.reason.startswith("the pattern matches at ") and miss.reason.endswith(
-        "which is not rewritten: export under torch.no_grad() so that no-grad blocks stay inline"
+        "; graphfuse does not rewrite inside higher-order ops: "
+        "export under torch.no_grad() so that no-grad blocks stay inline"
     ), miss.reason
     # the fix works
     with torch.no_grad():
