@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 import graphfuse
 
-from ._numerics import assert_fp8_close
+from ._numerics import assert_fp8_close, assert_nvfp4_close
 
 FP8 = torch.float8_e4m3fn
 gf = torch.ops.graphfuse
@@ -128,6 +128,22 @@ def test_every_accepted_input_scale_reaches_the_op(shape: tuple, kind: str) -> N
     result, want, got = _run_both(_export(Fn(), args, kind), args)
     assert result.report.counts["attention_fp8_out"] == 1, result.report.near_misses
     assert_fp8_close(got, want, s_o=0.01)
+
+
+@pytest.mark.parametrize("shape", [(), (1, 1, 1)], ids=str)
+def test_every_accepted_nvfp4_global_scale_reaches_the_op(shape: tuple, kind: str) -> None:
+    """NVFP4 output: a global scale of rank 3 is reshaped for ``attention_nvfp4`` too."""
+
+    class Nvfp4(nn.Module):
+        def forward(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return gf.nvfp4_quant(o.transpose(1, 2).reshape(B * S, H * D), g)
+
+    g = torch.full(shape, 448.0 * 6 / 3.0)
+    args = (*_qkv(), g)
+    result, want, got = _run_both(_export(Nvfp4(), args, kind), args)
+    assert result.report.counts["attention_nvfp4_out"] == 1, result.report.near_misses
+    assert_nvfp4_close(got, want, g)
 
 
 def test_constant_tensor_bounds_fuse(kind: str) -> None:
