@@ -1,0 +1,35 @@
+"""``rmsnorm_quant``: RMSNorm followed by a static FP8 or NVFP4 quant, fused into one
+``graphfuse::rms_norm_quant_*`` op; with a residual add in front, into the ``add_`` variant
+that also returns the sum (the next layer's residual).
+
+Rules (priority order):
+- ``rms_norm_fp8``: RMSNorm -> static FP8 quant -> ``rms_norm_quant_fp8`` (a residual add
+  in front: ``add_rms_norm_quant_fp8``, reading the add's operands)
+- ``rms_norm_nvfp4``: RMSNorm -> ``nvfp4_quant`` -> ``rms_norm_quant_nvfp4`` (or its ``add_``
+  variant)
+- ``residual_add``: a residual add whose operands a fused ``add_`` op reads -> the add is
+  removed and its users read the sum the fused op returns
+
+``RULES`` is built when first read, and again once a quantization library has registered
+the op of a quant spelling (optimum-quanto), as ``trtllm``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphfuse import RuleSet
+
+from .._quant import quanto_quantize_symmetric
+from ._rules import rules
+
+_BUILT: dict[bool, RuleSet] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name != "RULES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    key = quanto_quantize_symmetric() is not None
+    if key not in _BUILT:
+        _BUILT[key] = RuleSet("rmsnorm_quant", rules(), doc=__doc__.splitlines()[0])
+    return _BUILT[key]
