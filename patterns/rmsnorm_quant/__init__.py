@@ -9,6 +9,8 @@ Rules (priority order):
   variant)
 - ``residual_add``: a residual add whose operands a fused ``add_`` op reads -> the add is
   removed and its users read the sum the fused op returns
+- ``shared_quant``: two ``fp8_static_quant`` of one tensor with one scale (each of q / k / v
+  quantizing its input) -> one (``serving`` turns eager quants into that op first)
 
 ``RULES`` is built when first read, and again once a quantization library has registered
 the op of a quant spelling (optimum-quanto), as ``trtllm``'s.

@@ -10,6 +10,7 @@ from torch import fx
 
 from graphfuse import Builder, Match, Rule
 from graphfuse import dsl as P
+from graphfuse.io import constant_value
 
 from .._quant import (
     CASTS,
@@ -209,6 +210,26 @@ def _rewrite_residual(m: Match, b: Builder) -> Any:
     return b.getitem(fused, 1 if fp8 else 2), fused
 
 
+# ------------------------------------------------------------------ one quant, several readers
+
+
+def _check_shared(m: Match) -> Any:
+    a, b = m["scale"], m["scale2"]
+    if a is b:
+        return None
+    va, vb = constant_value(a), constant_value(b)
+    if va is not None and vb is not None and va.shape == vb.shape and torch.equal(va, vb):
+        return None
+    return m.fail("{a} and {b} quantize one tensor with different scales", a=a.name, b=b.name)
+
+
+def _rewrite_shared(m: Match, b: Builder) -> Any:
+    """Two static FP8 quants of one tensor with one scale (each linear quantizing its input
+    on its own, as q / k / v or gate / up do) become one, which the norm rules then fuse."""
+    q = b.call(gf.fp8_static_quant.default, m["x"], m["scale"])
+    return q, q
+
+
 def rules() -> list[Rule]:
     """The rules, with the quant spellings registered now (``static_fp8_quant``)."""
     nvq = nvfp4_quant(rms_norm())
@@ -223,4 +244,14 @@ def rules() -> list[Rule]:
             priority=30,
         ),
         Rule("residual_add", (add, _fused_with_residual()), _rewrite_residual, priority=25),
+        Rule(
+            "shared_quant",
+            (
+                P.op(gf.fp8_static_quant.default, P.tensor("x"), P.tensor("scale")),
+                P.op(gf.fp8_static_quant.default, P.any("x"), P.tensor("scale2")),
+            ),
+            _rewrite_shared,
+            _check_shared,
+            priority=28,
+        ),
     ]
