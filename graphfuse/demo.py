@@ -1,5 +1,6 @@
 """The built-in demo: a small Llama-style decoder with static output quantization after
-attention, exported, fused by ``trtllm``, run and compared.
+attention, exported, fused by ``trtllm``, run and compared; and the same decoder quantized
+for FP8 serving (a static quant in front of every linear, and an MLP) fused by ``serving``.
 
 ``run_demo()`` does the work and returns plain data; ``graphfuse demo`` renders it.
 
@@ -64,9 +65,8 @@ class DemoAttention(torch.nn.Module):
             q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(self.head_dim)
         )
         o = o.transpose(1, 2).reshape(b, s, -1)
-        if self.out_format == "fp8":
-            q8 = (o.float() / self.out_scale).clamp(-448, 448).to(FP8)
-            o = q8.to(x.dtype) * self.out_scale.to(x.dtype)
+        if self.out_format in ("fp8", "serving"):
+            o = _fp8_qdq(o, self.out_scale)
         else:
             packed, sf = torch.ops.graphfuse.nvfp4_quant(o, self.out_global_scale)
             o = torch.ops.graphfuse.nvfp4_dequant(packed, sf, self.out_global_scale, x.dtype)
@@ -74,19 +74,50 @@ class DemoAttention(torch.nn.Module):
         return self.o_proj(o)
 
 
+def _fp8_qdq(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """A static FP8 quant of ``x`` and its dequant (what an FP8 linear reads)."""
+    q8 = (x.float() / scale).clamp(-448, 448).to(FP8)
+    return q8.to(x.dtype) * scale.to(x.dtype)
+
+
+class DemoMLP(torch.nn.Module):
+    """SiLU MLP of a serving-quantized decoder: FP8 quants of its input and of silu(gate) * up."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(hidden, 2 * hidden, bias=False)
+        self.up_proj = torch.nn.Linear(hidden, 2 * hidden, bias=False)
+        self.down_proj = torch.nn.Linear(2 * hidden, hidden, bias=False)
+        self.register_buffer("act_scale", torch.tensor(2.0 / 448.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = F.silu(self.gate_proj(x)) * self.up_proj(x)
+        return self.down_proj(_fp8_qdq(a, self.act_scale))
+
+
 class DemoDecoder(torch.nn.Module):
-    """A stack of :class:`DemoAttention` blocks with residuals and RMSNorm."""
+    """A stack of :class:`DemoAttention` blocks with residuals and RMSNorm; ``"serving"``
+    quantizes every linear's input (the norms' outputs too) and adds a :class:`DemoMLP`."""
 
     def __init__(self, layers: int, hidden: int, heads: int, kv_heads: int, out_format: str):
         super().__init__()
+        self.serving = out_format == "serving"
         self.blocks = torch.nn.ModuleList(
             DemoAttention(hidden, heads, kv_heads, out_format) for _ in range(layers)
         )
         self.norms = torch.nn.ModuleList(torch.nn.RMSNorm(hidden) for _ in range(layers))
+        if self.serving:
+            self.mlp_norms = torch.nn.ModuleList(torch.nn.RMSNorm(hidden) for _ in range(layers))
+            self.mlps = torch.nn.ModuleList(DemoMLP(hidden) for _ in range(layers))
+            self.register_buffer("in_scale", torch.tensor(5.0 / 448.0))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor):
-        for norm, block in zip(self.norms, self.blocks):
-            x = x + block(norm(x), cos, sin, mask)
+        for i, (norm, block) in enumerate(zip(self.norms, self.blocks)):
+            if not self.serving:
+                x = x + block(norm(x), cos, sin, mask)
+                continue
+            x = x + block(_fp8_qdq(norm(x), self.in_scale), cos, sin, mask)
+            x = x + self.mlps[i](_fp8_qdq(self.mlp_norms[i](x), self.in_scale))
         return x
 
 
@@ -164,7 +195,8 @@ def run_case(
     repeats: int = 5,
     progress: Callable[[str], None] | None = None,
 ) -> DemoCase:
-    """Build, export, fuse, run and compare one demo model (``out_format`` fp8 or nvfp4)."""
+    """Build, export, fuse, run and compare one demo model (``out_format`` fp8 or nvfp4,
+    fused by ``trtllm``; ``serving``, fused by the ``serving`` rule set)."""
     say = progress or (lambda _msg: None)
     torch.manual_seed(0)
     dtype = torch.bfloat16
@@ -172,8 +204,9 @@ def run_case(
     args = demo_inputs(batch, seq, hidden, hidden // heads, dtype)
     say(f"exporting the {out_format} decoder ({layers} layers)")
     ep = torch.export.export(model, args)
-    say("applying trtllm")
-    result = api.apply(ep, "trtllm")
+    rules = "serving" if out_format == "serving" else "trtllm"
+    say(f"applying {rules}")
+    result = api.apply(ep, rules)
     before, after = ep.module(), result.program.module()
     fresh = demo_inputs(batch, seq, hidden, hidden // heads, dtype)
     say("running both programs")
@@ -185,7 +218,9 @@ def run_case(
             lambda: before(*fresh), lambda: after(*fresh), repeats
         )
     return DemoCase(
-        name=f"{out_format} out",
+        name="serving (FP8 before every linear)"
+        if out_format == "serving"
+        else f"{out_format} out",
         counts={k: v for k, v in result.report.counts.items() if v},
         nodes_before=len(ep.graph.nodes),
         nodes_after=len(result.program.graph.nodes),
@@ -199,5 +234,5 @@ def run_case(
 
 
 def run_demo(progress: Callable[[str], None] | None = None) -> list[DemoCase]:
-    """The FP8-out and NVFP4-out demo cases."""
-    return [run_case(fmt, progress=progress) for fmt in ("fp8", "nvfp4")]
+    """The FP8-out and NVFP4-out demo cases, and the serving-quantized decoder."""
+    return [run_case(fmt, progress=progress) for fmt in ("fp8", "nvfp4", "serving")]
