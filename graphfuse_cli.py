@@ -149,11 +149,22 @@ def build_parser() -> argparse.ArgumentParser:
         "near misses: where rules got partway, and why",
         "Match the rule sets against a program without changing it and list, per rule,\n"
         "every place where it got partway and the condition that failed, as one\n"
-        "sentence with the model's source line.",
-        "  graphfuse explain model.pt2\n  graphfuse explain model.pt2 -p my_rules.py --json",
+        "sentence with the model's source line. With --node NAME: every rule tried at\n"
+        "that node, its pattern as a tree with what each part matched, the point where\n"
+        "matching stopped marked, and the reason.",
+        "  graphfuse explain model.pt2\n"
+        "  graphfuse explain model.pt2 -p my_rules.py --json\n"
+        "  graphfuse explain model.pt2 --node to_3\n"
+        "  graphfuse explain model.pt2 -p my_rules.py --node to_3 --rule my_quant",
     )
     p.add_argument("file", metavar="FILE.pt2", help="an exported program (.pt2)")
     _rules_option(p, _RULES_HELP)
+    p.add_argument("--node", metavar="NAME", help="explain every rule tried at this node")
+    p.add_argument(
+        "--rule",
+        metavar="RULE",
+        help="with --node: only this rule (tried even if rooted elsewhere)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _program_options(p)
 
@@ -197,6 +208,8 @@ def _check_combinations(parser: argparse.ArgumentParser, args: argparse.Namespac
             command.error(f"--dry-run writes and runs no program; leave out {given}")
         if not args.dry_run and not args.output:
             command.error("the following arguments are required: -o/--output (or --dry-run)")
+    if args.command == "explain" and args.rule is not None and args.node is None:
+        command.error("--rule needs --node NAME")
     if args.command == "inspect":
         views = [
             o

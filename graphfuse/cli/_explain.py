@@ -1,4 +1,5 @@
-"""``graphfuse explain FILE.pt2 [-p ...] [--json]``: why rules did not fire."""
+"""``graphfuse explain FILE.pt2 [-p ...] [--node NAME [--rule RULE]] [--json]``: why rules
+did not fire (near misses, or every rule tried at one node)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ def run(args: argparse.Namespace) -> int:
 
     rules = rule_set(args)
     ep = load(args.file, args)
+    if args.node is not None:
+        from ._explain_node import explain_node
+
+        info = explain_node(ep, rules, args.node, args.rule, args.file)
+        if args.json:
+            print(json.dumps(info, indent=2))
+        else:
+            _render.render_explain_node(console(), info)
+        return 0
     report = api.explain(ep, rules)
     groups = group_near_misses(report.near_misses)
     if args.json:

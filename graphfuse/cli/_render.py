@@ -243,6 +243,86 @@ def render_explain(
         console.print("no near misses: every rule either fired or found no candidate")
 
 
+_OUTCOME = {
+    "match": "matches here; the rewrite would remove {reason}",
+    "check": "the pattern matches; the check refuses: {reason}",
+    "escape": "the pattern matches, but {reason}",
+    "structure": "stopped: {reason}",
+    "none": "{reason}",
+}
+_ROW_STYLE = {"stop": "bold red", "failed": "red", "unreached": "dim", "reached": ""}
+
+
+def render_explain_node(console: Console, info: dict[str, Any]) -> None:
+    """``graphfuse explain FILE --node NAME``: per rule tried there, the outcome and the
+    pattern tree with what each place matched and where matching stopped (✗)."""
+    _code(console, info["code"], style="bold")
+    if info["source"]:
+        console.print(Padding(Text(info["source"], style="dim"), (0, 0, 0, 2)))
+    n = len(info["rules"])
+    console.print(f"Rule set {info['rule_set']}: {n} rule(s) tried at {info['node']}")
+    for rule in info["rules"]:
+        console.print()
+        head = Text(rule["rule"], style="bold green")
+        head.append(f"  {rule['where']}  (priority {rule['priority']})", style="dim")
+        console.print(head)
+        reason = rule["reason"].removeprefix("matches: ")
+        text = _OUTCOME[rule["outcome"]].format(reason=reason)
+        _prose(console, text, "  ", "bold")
+        _rows(console, rule["rows"])
+    if not n:
+        console.print("No rule is rooted at this node's op (rules are tried at their root op):")
+        for row in info["elsewhere"]:
+            line = f"{row['rule']}: rooted at {', '.join(row['roots'])}"
+            if row["uses_this_op"]:
+                line += " (its pattern uses this op inside: explain a node that reads it)"
+            _prose(console, line, "  ")
+
+
+def _prose(console: Console, text: str, indent: str, style: str = "") -> None:
+    """A sentence wrapped at spaces, later lines indented two more."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text,
+        console.width,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    for line in lines:
+        console.print(Text(line, style=style), overflow="ignore", crop=False)
+
+
+def _rows(console: Console, rows: list[dict[str, Any]]) -> None:
+    """Explained tree rows: the pattern text, then what it met in a column (a long text
+    wrapped under itself, the value after its last piece)."""
+    col = min(max((len(r["text"]) for r in rows), default=0) + 2, 48) + 2
+    for row in rows:
+        style = _ROW_STYLE[row["state"]]
+        value = row["value"]
+        if row["state"] in ("stop", "failed"):
+            value = "✗ " + value + ("  stopped here" if row["state"] == "stop" else "")
+        text = "  " + row["text"]
+        if len(text) + 2 + len(value) <= console.width or len(text) < col:
+            pieces = [text]
+        else:
+            depth = len(text) - len(text.lstrip())
+            cut = wrap(text.lstrip(), max(console.width - depth - 4, 20))
+            pieces = [" " * depth + cut[0]] + [" " * (depth + 4) + p for p in cut[1:]]
+        for piece in pieces[:-1]:
+            console.print(Text(piece, style=style), overflow="ignore", crop=False)
+        last = pieces[-1]
+        if value and len(last) >= col and len(last) + 2 + len(value) > console.width:
+            console.print(Text(last, style=style), overflow="ignore", crop=False)
+            last = ""  # the value on a line of its own, in the column
+        line = Text(last.ljust(col) if len(last) < col else last + "  ", style=style)
+        if value:
+            line.append(value, style=style or "cyan")
+        console.print(line, overflow="ignore", crop=False)
+
+
 def render_patterns(console: Console, sets: list[dict[str, Any]]) -> None:
     """``graphfuse patterns``: rule sets, their rules, one-line docs and where each is defined."""
     for k, rs in enumerate(sets):

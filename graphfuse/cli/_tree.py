@@ -130,7 +130,7 @@ def wrap(text: str, width: int, start: int = 0) -> list[str]:
     head, rest = text[:start], text[start:]
     out, cur = [], head
     for atom in re.split(r"(?<=, )|(?=  )", rest):
-        if cur.strip() and len(cur.rstrip() + atom.rstrip()) > width:
+        if cur.strip() and len(cur + atom.rstrip()) > width:
             out.append(cur.rstrip())
             cur = atom.lstrip()
         else:
@@ -212,8 +212,11 @@ def explained(
             value = "through " + ", ".join(n.name for n in chain) if chain else "no chain"
         elif isinstance(line.pat, (P.Call, P.Capture, P.Typed)):
             value = show_value(got)
+        else:  # an alternative, a literal, a list, the wildcard: met
+            value = "✓"
         state = "reached"
-        if failure_node is not None and not marked and got is failure_node:
+        named = isinstance(line.pat, (P.Call, P.Capture, P.Typed))
+        if failure_node is not None and not marked and named and got is failure_node:
             state, marked = "failed", True
         if line.key in located.same:
             value += " (met above)"

@@ -173,7 +173,75 @@ FIRED = [
         "sweep": 2,
     },
 ]
+
+
+def _row(text: str, value: str = "", state: str = "reached") -> dict[str, str]:
+    return {"text": text, "value": value, "state": state}
+
+
+EXPLAINED = {
+    "node": "to_2",
+    "code": "to_2: f8e4m3fn[8, 64] = aten.to.dtype(clamp_2, torch.float8_e4m3fn)",
+    "source": 'File "quants_model.py", line 12, in forward: (x / s).clamp(-400, 400).to(F8)',
+    "rule_set": "mine",
+    "rules": [
+        {
+            "rule": "my_quant",
+            "where": "my_rules.py:27",
+            "priority": 0,
+            "outcome": "structure",
+            "reason": "argument 'min' of clamp_2 is -400; the pattern needs -448",
+            "rows": [
+                _row("aten.to.dtype", "to_2"),
+                _row("  aten.clamp", "clamp_2"),
+                _row(
+                    "    maybe [aten.view, aten.reshape, aten._unsafe_view, aten.clone, "
+                    "aten.alias]  name='layout'",
+                    "through view_1, clone",
+                ),
+                _row("      aten.div.Tensor", "div_3"),
+                _row("        P.tensor('x', dtype=torch.float32)", "x"),
+                _row("        P.tensor('s')", "s"),
+                _row("    -448", "-400", "stop"),
+                _row("    448", "", "unreached"),
+                _row("  torch.float8_e4m3fn", "", "unreached"),
+            ],
+        },
+        {
+            "rule": "scaled",
+            "where": "my_rules.py:40",
+            "priority": 10,
+            "outcome": "check",
+            "reason": "the scale s2 has shape [1, 64]; the rule needs a single element",
+            "rows": [
+                _row("aten.to.dtype", "to_2"),
+                _row("  alt 'spelling'", "✓"),
+                _row("    div: aten.div.Tensor", "div_3", "failed"),
+                _row("    mul: aten.mul.Tensor  commutative …", "", "unreached"),
+            ],
+        },
+        {
+            "rule": "q",
+            "where": "my_rules.py:50",
+            "priority": 0,
+            "outcome": "match",
+            "reason": "matches: to_2, clamp_2, div_3",
+            "rows": [_row("aten.to.dtype", "to_2")],
+        },
+    ],
+    "elsewhere": [],
+}
+ELSEWHERE = {
+    **EXPLAINED,
+    "rules": [],
+    "elsewhere": [
+        {"rule": "my_quant", "roots": ["aten.to.dtype"], "uses_this_op": True},
+        {"rule": "rms", "roots": ["aten.mul.Tensor"], "uses_this_op": False},
+    ],
+}
 RENDERS = {
+    "explain_node": lambda c: _render.render_explain_node(c, EXPLAINED),
+    "explain_elsewhere": lambda c: _render.render_explain_node(c, ELSEWHERE),
     "fired": lambda c: _render.render_fired(c, FIRED, True),
     "fired_done": lambda c: _render.render_fired(c, FIRED[:1], False),
     "graph": lambda c: _render.render_graph(c, "model.pt2", CODE),
@@ -211,14 +279,53 @@ RENDERS = {
 
 
 GOLDEN = {
+    "explain_node": """\
+to_2: f8e4m3fn[8, 64] = aten.to.dtype(clamp_2, torch.float8_e4m3fn)
+  File "quants_model.py", line 12, in forward: (x / s).clamp(-400, 400).to(F8)
+Rule set mine: 3 rule(s) tried at to_2
+
+my_quant  my_rules.py:27  (priority 0)
+  stopped: argument 'min' of clamp_2 is -400; the pattern needs -448
+  aten.to.dtype                                   to_2
+    aten.clamp                                    clamp_2
+      maybe [aten.view, aten.reshape, aten._unsafe_view, aten.clone,
+          aten.alias]  name='layout'              through view_1, clone
+        aten.div.Tensor                           div_3
+          P.tensor('x', dtype=torch.float32)      x
+          P.tensor('s')                           s
+      -448                                        ✗ -400  stopped here
+      448
+    torch.float8_e4m3fn
+
+scaled  my_rules.py:40  (priority 10)
+  the pattern matches; the check refuses: the scale s2 has shape [1, 64]; the
+    rule needs a single element
+  aten.to.dtype                            to_2
+    alt 'spelling'                         ✓
+      div: aten.div.Tensor                 ✗ div_3
+      mul: aten.mul.Tensor  commutative …
+
+q  my_rules.py:50  (priority 0)
+  matches here; the rewrite would remove to_2, clamp_2, div_3
+  aten.to.dtype  to_2
+""",
+    "explain_elsewhere": """\
+to_2: f8e4m3fn[8, 64] = aten.to.dtype(clamp_2, torch.float8_e4m3fn)
+  File "quants_model.py", line 12, in forward: (x / s).clamp(-400, 400).to(F8)
+Rule set mine: 0 rule(s) tried at to_2
+No rule is rooted at this node's op (rules are tried at their root op):
+  my_quant: rooted at aten.to.dtype (its pattern uses this op inside: explain a
+    node that reads it)
+  rms: rooted at aten.mul.Tensor
+""",
     "fired": """\
 
 Would fire: 2 match(es)
   my_quant at to  my_rules.py:27
     removes to, clamp, div_1
   attention_fp8_out at to_17 (sweep 2)  patterns/trtllm/_rules.py:305
-    removes n_0, n_1, n_2, n_3, n_4, n_5, n_6, n_7, n_8, n_9, n_10, n_11, n_12,
-      n_13
+    removes n_0, n_1, n_2, n_3, n_4, n_5, n_6, n_7, n_8, n_9, n_10, n_11,
+      n_12, n_13
 """,
     "fired_done": """\
 
@@ -282,9 +389,8 @@ Ops (3 kinds)
 graphfuse ops: 1 call(s) of 1 kind(s)
 """,
     "node": """\
-attention_fp8: f8e4m3fn[1, 16, 2, 64]
-    = graphfuse.attention_fp8.default(q, k, v, None, True, 0.125, 'bhsd',
-    'default', out_scale)
+attention_fp8: f8e4m3fn[1, 16, 2, 64] = graphfuse.attention_fp8.default(q,
+    k, v, None, True, 0.125, 'bhsd', 'default', out_scale)
 a graphfuse op: graphfuse.attention_fp8.default (fused)
   File "model.py", line 63, in forward: o = F.scaled_dot_product_attention(
 Arguments
@@ -456,7 +562,10 @@ def test_golden(name: str) -> None:
 
 def test_every_renderer_has_a_golden() -> None:
     public = {n for n in dir(_render) if n.startswith("render_")}
-    covered = {"render_" + n.split("_")[0] for n in RENDERS} | {"render_counts", "render_node"}
+    # a golden named X or X_<case> covers render_X
+    covered = {
+        fn for fn in public for key in RENDERS if key == fn[7:] or key.startswith(fn[7:] + "_")
+    }
     assert public <= covered, public - covered
 
 

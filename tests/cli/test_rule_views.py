@@ -354,10 +354,106 @@ def test_apply_dry_run_usage(files) -> None:
     _error(run(files, "apply", "quants.pt2"), "-o/--output (or --dry-run)", code=2)
 
 
+EXPLAIN_STOP = """\
+to_2: f8e4m3fn[8, 64] = aten.to.dtype(clamp_2, torch.float8_e4m3fn)
+  File "quants_model.py", line 12, in forward: (x / s).clamp(-400, 400).to(F8),
+  # another literal
+Rule set mine: 1 rule(s) tried at to_2
+
+my_quant  my_rules.py:27  (priority 0)
+  stopped: argument 'min' of clamp_2 is -400; the pattern needs -448
+  aten.to.dtype                               to_2
+    aten.clamp                                clamp_2
+      alt 'spelling'                          ✓
+        div: aten.div.Tensor                  div_3
+          P.tensor('x', dtype=torch.float32)  x
+          P.tensor('s')                       s
+        mul: aten.mul.Tensor  commutative …
+      -448                                    ✗ -400  stopped here
+      448
+    torch.float8_e4m3fn
+"""
+
+
+EXPLAIN_CHECK = """\
+to_1: f8e4m3fn[8, 64] = aten.to.dtype(clamp_1, torch.float8_e4m3fn)
+  File "quants_model.py", line 11, in forward: (x / s2).clamp(-448, 448).to(F8),
+  # the scale is [1, 64]: the check says no
+Rule set mine: 1 rule(s) tried at to_1
+
+my_quant  my_rules.py:27  (priority 0)
+  the pattern matches; the check refuses: the scale s2 has shape [1, 64]; the
+    rule needs a single element
+  aten.to.dtype                               to_1
+    aten.clamp                                clamp_1
+      alt 'spelling'                          ✓
+        div: aten.div.Tensor                  ✗ div_2
+          P.tensor('x', dtype=torch.float32)  x
+          P.tensor('s')                       s2
+        mul: aten.mul.Tensor  commutative …
+      -448                                    ✓
+      448                                     ✓
+    torch.float8_e4m3fn                       ✓
+"""
+
+
+EXPLAIN_INSIDE = """\
+clamp_2: f32[8, 64] = aten.clamp.default(div_3, -400, 400)
+  File "quants_model.py", line 12, in forward: (x / s).clamp(-400, 400).to(F8),
+  # another literal
+Rule set mine: 0 rule(s) tried at clamp_2
+No rule is rooted at this node's op (rules are tried at their root op):
+  my_quant: rooted at aten.to.dtype (its pattern uses this op inside: explain a
+    node that reads it)
+"""
+
+
+def test_explain_node_marks_where_matching_stopped(files) -> None:
+    assert _text(run(files, "explain", "quants.pt2", "-p", "my_rules.py", "--node", "to_2")) == (
+        EXPLAIN_STOP
+    )
+    res = run(files, "explain", "quants.pt2", "-p", "my_rules.py", "--node", "to_2", "--json")
+    (rule,) = json.loads(res.stdout)["rules"]
+    assert rule["outcome"] == "structure" and rule["where"] == "my_rules.py:27"
+    assert [r["state"] for r in rule["rows"]].count("stop") == 1
+    stop = next(r for r in rule["rows"] if r["state"] == "stop")
+    assert (stop["text"].strip(), stop["value"]) == ("-448", "-400")
+
+
+def test_explain_node_check_refusal_and_one_rule(files) -> None:
+    args = ("explain", "quants.pt2", "-p", "my_rules.py", "--node", "to_1", "--rule", "my_quant")
+    assert _text(run(files, *args)) == EXPLAIN_CHECK
+
+
+def test_explain_node_no_rule_rooted_there(files) -> None:
+    res = run(files, "explain", "quants.pt2", "-p", "my_rules.py", "--node", "clamp_2")
+    assert _text(res) == EXPLAIN_INSIDE
+
+
+def test_explain_node_bundled_rules_at_a_fused_quant(files) -> None:
+    """The bundled set at a quant it fuses: every rule rooted there, in sweep order."""
+    res = run(files, "explain", "quants.pt2", "--node", "to", "--json")
+    info = json.loads(res.stdout)
+    assert [r["rule"] for r in info["rules"]][-1] == "fp8_static_quant"
+    assert info["rules"][-1]["outcome"] == "match"
+    priorities = [r["priority"] for r in info["rules"]]
+    assert priorities == sorted(priorities, reverse=True)
+
+
+def test_explain_node_errors(files) -> None:
+    base = ("explain", "quants.pt2", "-p", "my_rules.py")
+    _error(run(files, *base, "--node", "tooo"), "no node named 'tooo'", "similar: to")
+    _error(run(files, *base, "--node", "to", "--rule", "nope"), "no rule 'nope'", "my_quant")
+    _error(run(files, *base, "--rule", "my_quant"), "--rule needs --node", code=2)
+
+
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-@pytest.mark.parametrize("name", ["RULES", "MODEL", "SHOW", "GRAPH", "NODE", "DIFF", "DRY_RUN"])
+@pytest.mark.parametrize(
+    "name",
+    ["RULES", "MODEL", "SHOW", "GRAPH", "NODE", "DIFF", "DRY_RUN", "EXPLAIN_STOP", "EXPLAIN_CHECK"],
+)
 def test_docs_show_the_real_output(name: str) -> None:
     """docs/cli.md holds each golden output above word for word."""
     assert globals()[name] in DOCS.read_text()
