@@ -91,11 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
         "IN is never modified; OUT and the report are written only when everything\n"
         "succeeded. Prints how often each rule fired. --dry-run changes and writes no\n"
         "program: it lists every match that would fire (rule, root node, the nodes it\n"
-        "removes, where the rule is defined).",
+        "removes, where the rule is defined). -v adds that list for a real run and each\n"
+        "rule's cost: candidates tried, time matching them, rejects, rewrites.",
         "  graphfuse apply model.pt2 -o fused.pt2\n"
         "  graphfuse apply model.pt2 -o fused.pt2 -p trtllm -p my_rules.py --verify\n"
         "  graphfuse apply model.pt2 -o fused.pt2 --json report.json\n"
-        "  graphfuse apply model.pt2 --dry-run -p my_rules.py --json matches.json",
+        "  graphfuse apply model.pt2 --dry-run -p my_rules.py --json matches.json\n"
+        "  graphfuse apply model.pt2 -o fused.pt2 -v",
     )
     p.add_argument("file", metavar="IN.pt2", help="the exported program (never modified)")
     p.add_argument(
@@ -105,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="rewrite nothing, write no program: list every match that would fire",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list every match that fired and each rule's time (match, rewrite)",
     )
     _rules_option(p, _RULES_HELP)
     p.add_argument("--json", dest="report", metavar="REPORT.json", help="write the report")

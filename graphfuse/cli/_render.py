@@ -212,6 +212,41 @@ def render_fired(console: Console, rows: list[dict[str, Any]], dry_run: bool) ->
             console.print(Text(("    " if k == 0 else "      ") + piece))
 
 
+def render_rule_stats(
+    console: Console, stats: dict[str, dict[str, Any]], timings: dict[str, float], sweeps: int
+) -> None:
+    """``apply -v``: per rule, candidates tried, time matching them, rejects (a full
+    structure its check, an escape or its rewrite refused), rewrites and time rewriting;
+    costliest first; then the run's phases (seconds in ``timings``, shown in ms)."""
+    console.print()
+    console.print(Text(f"Time per rule ({sweeps} sweep(s))", style="bold"))
+    table = _table(
+        "",
+        "rule",
+        "tried",
+        "match ms",
+        "rejects",
+        "rewrites",
+        "rewrite ms",
+        right=("tried", "match ms", "rejects", "rewrites", "rewrite ms"),
+        no_wrap=("rule",),
+    )
+    order = sorted(stats.items(), key=lambda kv: -(kv[1]["match_s"] + kv[1]["rewrite_s"]))
+    for name, s in order:
+        table.add_row(
+            name,
+            str(s["candidates"]),
+            f"{s['match_s'] * 1e3:.2f}",
+            str(s["rejects"]),
+            str(s["rewrites"]),
+            f"{s['rewrite_s'] * 1e3:.2f}",
+        )
+    console.print(table)
+    if timings:
+        phases = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timings.items())
+        console.print(f"phases: {phases}")
+
+
 def render_verify(console: Console, rows: list[dict[str, Any]], ok: bool, tol: float) -> None:
     """``apply --verify``: per output, the error of the rewritten program vs the input one."""
     table = _table("Verify (random inputs)", "output", "shape", "rel. L2 error", "max abs diff")

@@ -69,6 +69,27 @@ class Fired:
         }
 
 
+@dataclass(frozen=True)
+class RuleStats:
+    """What one rule cost in a run: candidates tried, seconds matching them, matches its
+    check, an escape or its rewrite refused (*rejects*), seconds rewriting, rewrites."""
+
+    candidates: int = 0
+    match_s: float = 0.0
+    rejects: int = 0
+    rewrite_s: float = 0.0
+    rewrites: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "candidates": self.candidates,
+            "match_s": self.match_s,
+            "rejects": self.rejects,
+            "rewrite_s": self.rewrite_s,
+            "rewrites": self.rewrites,
+        }
+
+
 @dataclass
 class Report:
     """The outcome of :func:`graphfuse.apply` / :func:`graphfuse.explain`.
@@ -83,6 +104,7 @@ class Report:
             a training graph under ``torch.compile``.
         fired: every match that fired (in a dry run: that would fire in the first sweep),
             in the order it did, as :class:`Fired`.
+        rule_stats: rule name -> :class:`RuleStats` (every rule of the set that ran).
     """
 
     rule_set: str
@@ -93,6 +115,7 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
     skipped: str = ""
     fired: list[Fired] = field(default_factory=list)
+    rule_stats: dict[str, RuleStats] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -112,6 +135,7 @@ class Report:
             "timings": dict(self.timings),
             "skipped": self.skipped,
             "fired": [f.to_dict() for f in self.fired],
+            "rule_stats": {name: s.to_dict() for name, s in self.rule_stats.items()},
         }
 
     def to_json(self, **kwargs: Any) -> str:

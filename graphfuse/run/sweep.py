@@ -13,7 +13,7 @@ from ..match import Failure, Match, Tracer, match_rule
 from ..rewrite import FakePropagator, apply_match
 from ..rules import Rule, RuleSet
 from .hops import hidden_matches
-from .report import Fired, NearMiss, Report, near_miss
+from .report import Fired, NearMiss, Report, RuleStats, near_miss
 
 Progress = Callable[[int, int], None]
 
@@ -76,6 +76,8 @@ def run_rules(
     place = {rule: i for i, rule in enumerate(rules)}
     retry: set[tuple[Rule, fx.Node]] | None = None  # None: every candidate
     fired: list[str] = []
+    stats = {rule: [0, 0.0, 0, 0.0] for rule in rules}  # candidates, match s, rejects, rewrite s
+    clock = time.perf_counter
     for iteration in range(1, max_iterations + 1):
         report.iterations = iteration
         if retry is None:
@@ -90,15 +92,21 @@ def run_rules(
             if node._erased or node in consumed:
                 continue
             tracer = Tracer() if explain and iteration == 1 else None
+            stat = stats[rule]
+            start = clock()
             res = match_rule(rule, node, tracer, norm)
+            stat[1] += clock() - start
+            stat[0] += 1
             if isinstance(res, Match):
                 if dry_run:
                     consumed |= res.node_set
                 else:
+                    start = clock()
                     try:
                         created = apply_match(res, graph, fake, escape_checked=True)
                     except RewriteError as exc:  # the graph is as it was: a near miss, go on
                         created = Failure("check", (_rewrite_failed(exc, rule),), res.root)
+                    stat[3] += clock() - start
                     if isinstance(created, list):
                         full_sweep = full_sweep or any(rules.mentions(n.target) for n in created)
                     else:  # no longer safe: retried next sweep
@@ -113,6 +121,7 @@ def run_rules(
             if failure is None and tracer is not None and tracer.depth >= min_depth:
                 failure = tracer.failure
             if failure is not None:
+                stat[2] += res is not None  # a full structure refused (check, escape, rewrite)
                 if failure.kind == "escape":
                     retry.add((rule, node))
                 miss = near_miss(rule.name, failure, node)
@@ -130,6 +139,10 @@ def run_rules(
             f"rule set {rules.name} still rewrote after {max_iterations} sweeps "
             f"(rules {', '.join(sorted(set(fired)))} keep firing); do they undo each other?"
         )
+    report.rule_stats = {
+        rule.name: RuleStats(n, match_s, rejects, rewrite_s, report.counts[rule.name])
+        for rule, (n, match_s, rejects, rewrite_s) in stats.items()
+    }
     report.near_misses = [nm for nm, node in misses.values() if not node._erased]
     if explain:
         report.near_misses += hidden_matches(graph, rules)

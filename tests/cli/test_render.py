@@ -239,7 +239,33 @@ ELSEWHERE = {
         {"rule": "rms", "roots": ["aten.mul.Tensor"], "uses_this_op": False},
     ],
 }
+STATS = {
+    "my_quant": {
+        "candidates": 8,
+        "match_s": 0.00051,
+        "rejects": 3,
+        "rewrite_s": 0.00178,
+        "rewrites": 2,
+    },
+    "paged_decode_nvfp4_out": {
+        "candidates": 0,
+        "match_s": 0.0,
+        "rejects": 0,
+        "rewrite_s": 0.0,
+        "rewrites": 0,
+    },
+    "attention_fp8_out": {
+        "candidates": 4,
+        "match_s": 0.0009,
+        "rejects": 0,
+        "rewrite_s": 0.00629,
+        "rewrites": 1,
+    },
+}
 RENDERS = {
+    "rule_stats": lambda c: _render.render_rule_stats(
+        c, STATS, {"copy": 0.0007, "rewrite": 0.0082, "recompile": 0.0039}, 2
+    ),
     "explain_node": lambda c: _render.render_explain_node(c, EXPLAINED),
     "explain_elsewhere": lambda c: _render.render_explain_node(c, ELSEWHERE),
     "fired": lambda c: _render.render_fired(c, FIRED, True),
@@ -279,6 +305,18 @@ RENDERS = {
 
 
 GOLDEN = {
+    "rule_stats": """\
+
+Time per rule (2 sweep(s))
+
+ rule                     tried   match ms   rejects   rewrites   rewrite ms
+ ───────────────────────────────────────────────────────────────────────────
+ attention_fp8_out            4       0.90         0          1         6.29
+ my_quant                     8       0.51         3          2         1.78
+ paged_decode_nvfp4_out       0       0.00         0          0         0.00
+
+phases: copy 0.7 ms, rewrite 8.2 ms, recompile 3.9 ms
+""",
     "explain_node": """\
 to_2: f8e4m3fn[8, 64] = aten.to.dtype(clamp_2, torch.float8_e4m3fn)
   File "quants_model.py", line 12, in forward: (x / s).clamp(-400, 400).to(F8)

@@ -447,6 +447,39 @@ def test_explain_node_errors(files) -> None:
     _error(run(files, *base, "--rule", "my_quant"), "--rule needs --node", code=2)
 
 
+def test_apply_verbose_lists_fired_and_time_per_rule(files) -> None:
+    """``-v``: the matches that fired and each rule's cost. The six quants have seven
+    aten.to.dtype nodes: two fire, the check refuses one, one escapes (and is tried again
+    in the second sweep)."""
+    import re
+
+    import graphfuse
+    from graphfuse.io import load_program
+
+    res = run(
+        files, "apply", "quants.pt2", "-p", "my_rules.py", "-o", "v.pt2", "-v", "--json", "v.json"
+    )
+    out = _text(res)
+    assert (
+        "Fired: 2 match(es)\n  my_quant at to  my_rules.py:27\n    removes to, clamp, div_1" in out
+    )
+    assert "Time per rule (2 sweep(s))" in out and "phases: copy " in out
+    assert re.search(r"\n my_quant +8 +\d+\.\d\d +3 +2 +\d+\.\d\d\n", out), out
+    stats = json.loads((files["dir"] / "v.json").read_text())["rule_stats"]["my_quant"]
+    assert {k: stats[k] for k in ("candidates", "rejects", "rewrites")} == {
+        "candidates": 8,
+        "rejects": 3,
+        "rewrites": 2,
+    }
+    assert stats["match_s"] > 0 and stats["rewrite_s"] > 0
+    rules = graphfuse.load_patterns(str(files["my_rules.py"]))
+    report = graphfuse.apply(load_program(files["quants.pt2"]), rules).report
+    got = report.rule_stats["my_quant"]
+    assert (got.candidates, got.rejects, got.rewrites) == (8, 3, 2)
+    dry = graphfuse.apply(load_program(files["quants.pt2"]), rules, dry_run=True).report
+    assert (dry.rule_stats["my_quant"].candidates, dry.rule_stats["my_quant"].rejects) == (7, 2)
+
+
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
