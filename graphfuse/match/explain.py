@@ -10,13 +10,12 @@ matching stopped. A place is a *key*: the pattern's index in the rule, then the 
 index at each level (a call's arguments then keywords, an alternative's branches, the
 inner pattern of ``maybe`` / ``typed``, a list's items).
 
-Only ``explain`` pays for this: :func:`traced_solutions` is a copy of
-:func:`~.machine.solutions` that also keeps the path; ``apply`` never runs it.
+:func:`~.machine.solutions` keeps the path when its tracer has one; ``apply`` runs with
+no tracer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +24,10 @@ from torch import fx
 from .. import dsl as P
 from ..errors import GraphfuseError
 from .failure import Failure
-from .machine import LaterRoots, compiled, rule_goals
+from .machine import LaterRoots, compiled, rule_goals, solutions
 from .result import Match
 from .search import escape_of
-from .simple import FAIL, Goals, is_call
+from .simple import is_call
 from .state import State, Tracer
 
 if TYPE_CHECKING:
@@ -54,37 +53,6 @@ class PathTracer(Tracer):
         if depth > self.depth:
             self.depth, self.failure = depth, failure
             self.stop, self.stop_path = self.goal, list(self.path)
-
-
-def traced_solutions(goals: Goals, st: State, tracer: PathTracer) -> Iterator[None]:
-    """:func:`~.machine.solutions` that also keeps ``tracer.path``: the goals met on the
-    way to the current state (cut back with the state when a choice point is resumed)."""
-    choices: list[tuple[int, Iterator[Goals]]] = []
-    marks: list[int] = []  # len(path) to cut back to, per choice point
-    path = tracer.path
-    while True:
-        if goals is None:
-            yield
-            goals = FAIL
-        else:
-            matcher, value, where, rest = goals
-            st.steps += 1
-            tracer.goal = (matcher, value)
-            pushed = len(choices)
-            goals = matcher.step(value, where, st, rest, choices)
-            if goals is not FAIL:
-                path.append((matcher, value))
-            marks += [len(path)] * (len(choices) - pushed)
-        while goals is FAIL:
-            if not choices:
-                return
-            mark, ways = choices[-1]
-            st.undo(mark)
-            del path[marks[-1] :]
-            goals = next(ways, FAIL)
-            if goals is FAIL:
-                choices.pop()
-                marks.pop()
 
 
 @dataclass
@@ -260,16 +228,8 @@ def explain_candidate(rule: Rule, node: fx.Node) -> Attempt:
     tracer = PathTracer()
     st = State(tracer)
     first: tuple[Failure, list] | None = None
-    for _ in traced_solutions(rule_goals(rule.patterns, node, st), st, tracer):
-        m = Match(
-            rule,
-            tuple(st.roots),
-            dict(st.binds),
-            dict(st.tags),
-            dict(st.dims),
-            dict(st.chains),
-            list(st.nodes),
-        )
+    for _ in solutions(rule_goals(rule.patterns, node, st), st):
+        m = Match.of_state(rule, st)
         try:
             failure = escape_of(m) or m.run_check()
         except GraphfuseError as e:

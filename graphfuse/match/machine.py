@@ -37,8 +37,14 @@ def solutions(goals: Goals, st: State) -> Iterator[None]:
 
     Resuming the iterator undoes that solution and looks for the next one. Abandoning it
     leaves ``st`` as it was at the last yield.
+
+    A tracer with a ``path`` list (``explain --node``) also gets the goals met, as
+    (matcher, value), cut back with the state when a choice point is resumed, and the
+    goal being taken as ``goal``.
     """
     choices: list[tuple[int, Iterator[Goals]]] = []
+    path: list | None = getattr(st.tracer, "path", None)
+    marks: list[int] = []  # with a path: its length at each choice point
     while True:
         if goals is None:
             yield
@@ -46,15 +52,27 @@ def solutions(goals: Goals, st: State) -> Iterator[None]:
         else:
             matcher, value, where, rest = goals
             st.steps += 1
-            goals = matcher.step(value, where, st, rest, choices)
+            if path is None:
+                goals = matcher.step(value, where, st, rest, choices)
+            else:
+                st.tracer.goal = (matcher, value)  # type: ignore[union-attr]
+                pushed = len(choices)
+                goals = matcher.step(value, where, st, rest, choices)
+                if goals is not FAIL:
+                    path.append((matcher, value))
+                marks += [len(path)] * (len(choices) - pushed)
         while goals is FAIL:
             if not choices:
                 return
             mark, ways = choices[-1]
             st.undo(mark)
+            if path is not None:
+                del path[marks[-1] :]
             goals = next(ways, FAIL)
             if goals is FAIL:
                 choices.pop()
+                if path is not None:
+                    marks.pop()
 
 
 def _choose(st: State, choices: list, ways: Iterator[Goals]) -> Goals:

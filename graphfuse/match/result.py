@@ -13,6 +13,7 @@ from .failure import Failure
 
 if TYPE_CHECKING:
     from ..rules.rule import Rule
+    from .state import State
 
 
 _UNBOUND = object()
@@ -47,6 +48,12 @@ class Match:
         self.nodes = nodes
         self.node_set = set(nodes)
         self.memo: dict[str, Any] = {}
+
+    @classmethod
+    def of_state(cls, rule: Rule, st: State) -> Match:
+        """The match a search's state holds now (copied: the search may go on)."""
+        binds, tags, dims, chains = dict(st.binds), dict(st.tags), dict(st.dims), dict(st.chains)
+        return cls(rule, tuple(st.roots), binds, tags, dims, chains, list(st.nodes))
 
     @property
     def root(self) -> fx.Node:

@@ -53,15 +53,7 @@ def match_rule(
     st = State(tracer, norm)
     first_failure: Failure | None = None
     for _ in solutions(rule_goals(rule.patterns, node, st), st):
-        m = Match(
-            rule,
-            tuple(st.roots),
-            dict(st.binds),
-            dict(st.tags),
-            dict(st.dims),
-            dict(st.chains),
-            list(st.nodes),
-        )
+        m = Match.of_state(rule, st)
         failure = escape_of(m) or m.run_check()
         if failure is None:
             return m
