@@ -9,6 +9,7 @@ import torch
 from graphfuse import Builder, Match, Rule
 from graphfuse import dsl as P
 
+from .._kernels import check_kernel
 from .._quant import (
     CASTS,
     aten,
@@ -81,6 +82,7 @@ def check_act(m: Match) -> Any:
 def _check_fp8(m: Match) -> Any:
     return (
         check_act(m)
+        or check_kernel(m, "gate", gf.act_and_mul_quant_fp8.default)
         or check_static_fp8_quant(m)
         or check_quant_input_casts(m, ("act_upcast", "act_downcast"))
     )
@@ -95,8 +97,8 @@ def _rewrite_fp8(m: Match, b: Builder) -> Any:
 
 
 def _check_nvfp4(m: Match) -> Any:
-    f = check_act(m) or check_scale(m, "out_global_scale")
-    if f:
+    f = check_act(m) or check_kernel(m, "gate", gf.act_and_mul_quant_nvfp4.default)
+    if f or (f := check_scale(m, "out_global_scale")):
         return f
     k = m.val("gate").shape[-1]
     if k % 16:

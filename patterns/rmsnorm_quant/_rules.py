@@ -12,6 +12,7 @@ from graphfuse import Builder, Match, Rule
 from graphfuse import dsl as P
 from graphfuse.io import constant_value
 
+from .._kernels import check_kernel
 from .._quant import (
     CASTS,
     aten,
@@ -145,6 +146,7 @@ def _norm_args(m: Match) -> tuple[list, tuple]:
 def _check_fp8(m: Match) -> Any:
     return (
         check_norm(m)
+        or check_kernel(m, "x", gf.rms_norm_quant_fp8.default)
         or check_static_fp8_quant(m)
         or check_quant_input_casts(m, ("upcast", "downcast"))
     )
@@ -160,8 +162,8 @@ def _rewrite_fp8(m: Match, b: Builder) -> Any:
 
 
 def _check_nvfp4(m: Match) -> Any:
-    f = check_norm(m) or check_scale(m, "out_global_scale")
-    if f:
+    f = check_norm(m) or check_kernel(m, "x", gf.rms_norm_quant_nvfp4.default)
+    if f or (f := check_scale(m, "out_global_scale")):
         return f
     if m.val("x").shape[-1] % 16:
         return m.fail(

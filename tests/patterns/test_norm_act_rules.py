@@ -169,3 +169,39 @@ def test_bundled_sets_are_listed() -> None:
     serving = graphfuse.load_patterns("serving")
     names = {r.name for r in serving}
     assert {"attention_fp8_out", "rms_norm_fp8", "residual_add", "act_fp8"} <= names
+
+
+def _on_cuda(ep):
+    """``ep``'s graph module with every value a fake tensor on CUDA (no GPU needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gm = ep.graph_module
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        for node in gm.graph.nodes:
+            v = node.meta.get("val")
+            if isinstance(v, torch.Tensor):
+                node.meta["val"] = torch.empty_strided(
+                    v.shape, v.stride(), dtype=v.dtype, device="cuda"
+                )
+    assert mode is not None
+    return gm
+
+
+@pytest.mark.parametrize(
+    "mod,args,rules,op",
+    [
+        (Norm(), _norm_args(), "rmsnorm_quant", "rms_norm_quant_fp8"),
+        (Norm(fmt="nvfp4"), _norm_args(), "rmsnorm_quant", "rms_norm_quant_nvfp4"),
+        (Act(), _act_args(), "act_quant", "act_and_mul_quant_fp8"),
+    ],
+)
+def test_no_fusion_where_the_fused_op_has_no_kernel(mod, args, rules, op) -> None:
+    """The norm / activation ops have CPU kernels only: a graph on CUDA is left as it is,
+    with a near miss naming the op."""
+    gm = _on_cuda(_export(mod, args, "pre"))
+    assert not any(graphfuse.apply(gm, rules).report.counts.values())
+    reasons = [nm.reason for nm in graphfuse.explain(gm, rules).near_misses]
+    want = f"graphfuse::{op} has no cuda kernel yet, and this graph runs on cuda"
+    assert any(want in r for r in reasons), reasons
+    cpu = _export(mod, args, "pre")
+    assert any(graphfuse.apply(cpu, rules).report.counts.values())
