@@ -19,6 +19,7 @@ from torch import fx
 from .. import dsl as P
 
 Key = tuple[int, ...]
+_NONE = object()  # a place the matcher did not reach
 
 
 @dataclass
@@ -224,6 +225,3 @@ def explained(
         if line.key not in located.same:
             stack += [(k, depth + 2) for k in reversed(line.children)]
     return rows
-
-
-_NONE = object()
