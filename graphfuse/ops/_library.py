@@ -88,12 +88,12 @@ SCHEMAS = {
     ),
     # activation(gate) * up, quantized; activation: "silu" | "gelu_tanh"
     "act_and_mul_quant_fp8": (
-        "act_and_mul_quant_fp8(Tensor gate, Tensor up, Tensor scale, str activation=\"silu\") "
+        'act_and_mul_quant_fp8(Tensor gate, Tensor up, Tensor scale, str activation="silu") '
         "-> Tensor"
     ),
     "act_and_mul_quant_nvfp4": (
         "act_and_mul_quant_nvfp4(Tensor gate, Tensor up, Tensor global_scale, "
-        "str activation=\"silu\", bool swizzle=True) -> (Tensor, Tensor)"
+        'str activation="silu", bool swizzle=True) -> (Tensor, Tensor)'
     ),
 }
 
