@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     _render.render_counts(out, report.rule_set, report.counts, report.dry_run)
     if args.dry_run or args.verbose:
         _render.render_fired(out, [fired_row(f) for f in report.fired], report.dry_run)
+    _render.render_overlaps(out, [str(o) for o in report.overlaps])
     if args.verbose:
         stats = {name: s.to_dict() for name, s in report.rule_stats.items()}
         _render.render_rule_stats(out, stats, report.timings, report.iterations)

@@ -212,6 +212,17 @@ def render_fired(console: Console, rows: list[dict[str, Any]], dry_run: bool) ->
             console.print(Text(("    " if k == 0 else "      ") + piece))
 
 
+def render_overlaps(console: Console, overlaps: list[str]) -> None:
+    """Matches that lost their nodes to another match, one sentence each (``apply``)."""
+    if not overlaps:
+        return
+    console.print()
+    console.print(Text(f"Overlaps: {len(overlaps)} match(es) lost to another", style="bold"))
+    for line in overlaps:
+        for k, piece in enumerate(wrap(line, max(console.width - 6, 20))):
+            console.print(Text(("  " if k == 0 else "    ") + piece, style="yellow"))
+
+
 def render_rule_stats(
     console: Console, stats: dict[str, dict[str, Any]], timings: dict[str, float], sweeps: int
 ) -> None:

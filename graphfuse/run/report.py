@@ -70,6 +70,43 @@ class Fired:
 
 
 @dataclass(frozen=True)
+class Overlap:
+    """A match that did not fire because another took its nodes first: ``rule`` would
+    have matched at ``node``; ``lost_to`` matched first (rooted at ``at``); ``why`` says
+    which order decided (see :func:`graphfuse.run.sweep_order`)."""
+
+    rule: str
+    node: str
+    lost_to: str
+    at: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.rule} lost to {self.lost_to} at {self.node} ({self.why})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "node": self.node,
+            "lost_to": self.lost_to,
+            "at": self.at,
+            "why": self.why,
+        }
+
+
+def overlap(loser: Any, node: fx.Node, winner: Any, root: fx.Node) -> Overlap:
+    """The :class:`Overlap` of rule ``loser`` at ``node`` and rule ``winner``'s match
+    rooted at ``root``, with the order that decided it."""
+    if winner.priority != loser.priority:
+        why = f"priority {winner.priority} over {loser.priority}"
+    elif root is node:
+        why = "same priority and root, earlier in the rule set"
+    else:
+        why = f"same priority, its root {root.name} comes first in the graph"
+    return Overlap(loser.name, node.name, winner.name, root.name, why)
+
+
+@dataclass(frozen=True)
 class RuleStats:
     """What one rule cost in a run: candidates tried, seconds matching them, matches its
     check, an escape or its rewrite refused (*rejects*), seconds rewriting, rewrites."""
@@ -105,6 +142,9 @@ class Report:
         fired: every match that fired (in a dry run: that would fire in the first sweep),
             in the order it did, as :class:`Fired`.
         rule_stats: rule name -> :class:`RuleStats` (every rule of the set that ran).
+        overlaps: matches that lost their nodes to another match, as :class:`Overlap`:
+            in every run, a rule that would match at the root another rule of the same
+            priority took; in a dry run, every match an earlier one took nodes from.
     """
 
     rule_set: str
@@ -116,6 +156,7 @@ class Report:
     skipped: str = ""
     fired: list[Fired] = field(default_factory=list)
     rule_stats: dict[str, RuleStats] = field(default_factory=dict)
+    overlaps: list[Overlap] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -136,6 +177,7 @@ class Report:
             "skipped": self.skipped,
             "fired": [f.to_dict() for f in self.fired],
             "rule_stats": {name: s.to_dict() for name, s in self.rule_stats.items()},
+            "overlaps": [o.to_dict() for o in self.overlaps],
         }
 
     def to_json(self, **kwargs: Any) -> str:

@@ -13,7 +13,7 @@ from ..match import Failure, Match, Tracer, match_rule
 from ..rewrite import FakePropagator, apply_match
 from ..rules import Rule, RuleSet
 from .hops import hidden_matches
-from .report import Fired, NearMiss, Report, RuleStats, near_miss
+from .report import Fired, NearMiss, Overlap, Report, RuleStats, near_miss, overlap
 
 Progress = Callable[[int, int], None]
 
@@ -85,11 +85,14 @@ def run_rules(
         else:
             cands = sorted(retry, key=lambda rn: (-rn[0].priority, rn[1]._sort_key, place[rn[0]]))
         fired, retry, full_sweep = [], set(), False
-        consumed: set[fx.Node] = set()
+        consumed: dict[fx.Node, Match] = {}  # dry run: node -> the match that took it
         for i, (rule, node) in enumerate(cands):
             if progress is not None and i % 256 == 0:
                 progress(i, len(cands))
-            if node._erased or node in consumed:
+            if node._erased:
+                continue
+            if node in consumed:
+                _lost(report, match_rule(rule, node, None, norm), consumed)
                 continue
             tracer = Tracer() if explain and iteration == 1 else None
             stat = stats[rule]
@@ -99,8 +102,11 @@ def run_rules(
             stat[0] += 1
             if isinstance(res, Match):
                 if dry_run:
-                    consumed |= res.node_set
+                    if _lost(report, res, consumed):
+                        continue
+                    consumed.update(dict.fromkeys(res.nodes, res))
                 else:
+                    report.overlaps += _ties(cands, i, res, norm)
                     start = clock()
                     try:
                         created = apply_match(res, graph, fake, escape_checked=True)
@@ -147,6 +153,32 @@ def run_rules(
     if explain:
         report.near_misses += hidden_matches(graph, rules)
     return report
+
+
+def _lost(report: Report, res: Match | Failure | None, consumed: dict) -> bool:
+    """In a dry run: whether ``res`` is a match that an earlier one took nodes of (noted
+    in ``report.overlaps`` unless the earlier one is of the same rule)."""
+    if not isinstance(res, Match):
+        return False
+    taken = next((consumed[n] for n in res.nodes if n in consumed), None)
+    if taken is None:
+        return False
+    if taken.rule is not res.rule:
+        report.overlaps.append(overlap(res.rule, res.root, taken.rule, taken.root))
+    return True
+
+
+def _ties(cands: list, i: int, m: Match, norm: dict) -> list[Overlap]:
+    """The rules after ``cands[i]`` at the same node and priority that would match there
+    too (tried now, before ``m`` is rewritten): they lose the tie to ``m``'s rule."""
+    rule, node = cands[i]
+    out = []
+    for other, at in cands[i + 1 :]:
+        if at is not node or other.priority != rule.priority:
+            break
+        if isinstance(match_rule(other, node, None, norm), Match):
+            out.append(overlap(other, node, rule, node))
+    return out
 
 
 def _rewrite_failed(exc: RewriteError, rule: Rule) -> str:

@@ -490,3 +490,27 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 def test_docs_show_the_real_output(name: str) -> None:
     """docs/cli.md holds each golden output above word for word."""
     assert globals()[name] in DOCS.read_text()
+
+
+OVERLAPS = """\
+Overlaps: 2 match(es) lost to another
+  my_quant lost to fp8_static_quant at to (same priority and root,
+    earlier in the rule set)
+  my_quant lost to fp8_static_quant at to_3 (same priority and root,
+    earlier in the rule set)
+"""
+
+
+@pytest.mark.parametrize("mode", ["--dry-run", "-o"])
+def test_apply_reports_a_rule_that_lost_a_tie(files, mode) -> None:
+    """A user rule and a bundled rule of one priority at one root: the set named first wins,
+    and apply says which rule lost where and why (in its report too)."""
+    out = ["--dry-run"] if mode == "--dry-run" else ["-o", "tie.pt2"]
+    args = ["apply", "quants.pt2", "-p", "trtllm", "-p", "my_rules.py", "--json", "tie.json"]
+    assert OVERLAPS in _text(run(files, *args, *out))
+    report = json.loads((files["dir"] / "tie.json").read_text())
+    assert report["counts"]["fp8_static_quant"] == 3 and report["counts"]["my_quant"] == 0
+    assert [(o["rule"], o["lost_to"], o["node"]) for o in report["overlaps"]] == [
+        ("my_quant", "fp8_static_quant", "to"),
+        ("my_quant", "fp8_static_quant", "to_3"),
+    ]

@@ -78,6 +78,44 @@ def test_overlaps_resolve_by_priority_then_position(silu_ep, rule_list, winner):
         assert not res.program.graph.find_nodes(op="call_function", target=aten.sigmoid.default)
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_tie_at_one_root_is_reported(silu_ep, dry_run):
+    """Two rules of one priority that both match at one root: the earlier in the set
+    fires, the report says the other lost and why (apply and dry run alike)."""
+    res = graphfuse.apply(silu_ep, rs(_silu(), _custom()), dry_run=dry_run)
+    assert res.report.counts == {"aten_silu": 1, "custom_silu": 0}
+    (o,) = res.report.overlaps
+    assert (o.rule, o.lost_to, o.node, o.at) == ("custom_silu", "aten_silu", "mul", "mul")
+    assert str(o) == (
+        "custom_silu lost to aten_silu at mul (same priority and root, earlier in the rule set)"
+    )
+    assert res.report.to_dict()["overlaps"] == [o.to_dict()]
+
+
+def test_no_overlap_where_the_other_rule_would_not_match(silu_ep):
+    never = Rule(
+        "never", SILU, lambda m, b: b.call(aten.silu.default, m["x"]), check=lambda m: "no"
+    )
+    res = graphfuse.apply(silu_ep, rs(_silu(), never))
+    assert res.report.counts["aten_silu"] == 1 and res.report.overlaps == []
+
+
+@pytest.mark.parametrize(
+    ("rule_list", "why"),
+    [
+        ((_silu(), _custom(priority=1)), "priority 1 over 0"),
+        ((_silu(), _sigmoid_to_tanh()), "same priority, its root sigmoid comes first in the graph"),
+    ],
+)
+def test_a_dry_run_reports_every_match_an_earlier_one_took(silu_ep, rule_list, why):
+    """In a dry run every candidate whose nodes an earlier match took is tried: those
+    that would match are reported with the order that decided."""
+    res = graphfuse.apply(silu_ep, rs(*rule_list), dry_run=True)
+    (o,) = res.report.overlaps
+    winner = next(name for name, n in res.report.counts.items() if n)
+    assert o.lost_to == winner and o.why == why and o.rule != winner
+
+
 def _apply(fn, rules, n_in=1):
     ep = export(fn, tuple(torch.randn(3, 4) for _ in range(n_in)))
     res = graphfuse.apply(ep, rules)
