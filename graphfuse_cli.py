@@ -157,17 +157,21 @@ def build_parser() -> argparse.ArgumentParser:
         "near misses: where rules got partway, and why",
         "Match the rule sets against a program without changing it and list, per rule,\n"
         "every place where it got partway and the condition that failed, as one\n"
-        "sentence with the model's source line. With --node NAME: every rule tried at\n"
+        "sentence with the model's source line; the most telling first (a whole match\n"
+        "its check refused, then the deepest partial matches). --all also lists the\n"
+        "matches that would fire. With --node NAME: every rule tried at\n"
         "that node, its pattern as a tree with what each part matched, the point where\n"
         "matching stopped marked, and the reason.",
         "  graphfuse explain model.pt2\n"
         "  graphfuse explain model.pt2 -p my_rules.py --json\n"
+        "  graphfuse explain model.pt2 --all\n"
         "  graphfuse explain model.pt2 --node to_3\n"
         "  graphfuse explain model.pt2 -p my_rules.py --node to_3 --rule my_quant",
     )
     p.add_argument("file", metavar="FILE.pt2", help="an exported program (.pt2)")
     _rules_option(p, _RULES_HELP)
     p.add_argument("--node", metavar="NAME", help="explain every rule tried at this node")
+    p.add_argument("--all", action="store_true", help="also list the matches that would fire")
     p.add_argument(
         "--rule",
         metavar="RULE",

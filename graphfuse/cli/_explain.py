@@ -1,5 +1,5 @@
-"""``graphfuse explain FILE.pt2 [-p ...] [--node NAME [--rule RULE]] [--json]``: why rules
-did not fire (near misses, or every rule tried at one node)."""
+"""``graphfuse explain FILE.pt2 [-p ...] [--all] [--node NAME [--rule RULE]] [--json]``: why
+rules did not fire (near misses, the most telling first; or every rule tried at one node)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from . import _render
+from ._apply import fired_row
 from ._common import console, load, rule_set
 from ._graphinfo import relative_frame
 
@@ -45,8 +46,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     report = api.explain(ep, rules)
     groups = group_near_misses(report.near_misses)
+    fired = [fired_row(f) for f in report.fired] if args.all else None
     if args.json:
-        print(json.dumps({"rule_set": report.rule_set, "near_misses": groups}, indent=2))
-    else:
-        _render.render_explain(console(), report.rule_set, groups)
+        out: dict[str, Any] = {"rule_set": report.rule_set, "near_misses": groups}
+        if fired is not None:
+            out["fired"] = fired
+        print(json.dumps(out, indent=2))
+        return 0
+    _render.render_explain(console(), report.rule_set, groups)
+    if fired is not None:
+        _render.render_fired(console(), fired, dry_run=True)
     return 0

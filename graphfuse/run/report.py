@@ -21,6 +21,8 @@ class NearMiss:
     reason: str
     target: str = ""
     stack_trace: str = ""
+    refused: bool = False  # the whole pattern matched; its check, an escape or the rewrite said no
+    depth: int = 0  # pattern ops matched before a structural failure
 
     def __str__(self) -> str:
         return f"rule {self.rule} at {self.node}: {self.reason}"
@@ -36,12 +38,21 @@ class NearMiss:
         return f"{lines[i]}: {code}" if code else lines[i]
 
 
-def near_miss(rule: str, failure: Failure, fallback: fx.Node) -> NearMiss:
+def near_miss(
+    rule: str, failure: Failure, fallback: fx.Node, *, refused: bool = False, depth: int = 0
+) -> NearMiss:
     """The near miss of ``rule`` that ``failure`` describes (at ``fallback`` when the
     failure names no node)."""
     node = failure.node or fallback
     target = dsl.target_repr(node.target) if node.op == "call_function" else node.op
-    return NearMiss(rule, node.name, str(failure), target, node.meta.get("stack_trace") or "")
+    trace = node.meta.get("stack_trace") or ""
+    return NearMiss(rule, node.name, str(failure), target, trace, refused, depth)
+
+
+def ranked(misses: list[NearMiss]) -> list[NearMiss]:
+    """Near misses, most telling first: refusals of a whole match (a check, an escape, a
+    rewrite), then structural failures, deepest first; graph order within a rank."""
+    return sorted(misses, key=lambda nm: (not nm.refused, -nm.depth))
 
 
 @dataclass(frozen=True)
@@ -168,7 +179,14 @@ class Report:
             "counts": dict(self.counts),
             "total": self.total,
             "near_misses": [
-                {"rule": n.rule, "node": n.node, "reason": n.reason, "target": n.target}
+                {
+                    "rule": n.rule,
+                    "node": n.node,
+                    "reason": n.reason,
+                    "target": n.target,
+                    "refused": n.refused,
+                    "depth": n.depth,
+                }
                 for n in self.near_misses
             ],
             "iterations": self.iterations,

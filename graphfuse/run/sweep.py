@@ -13,7 +13,16 @@ from ..match import Failure, Match, Tracer, match_rule
 from ..rewrite import FakePropagator, apply_match
 from ..rules import Rule, RuleSet
 from .hops import hidden_matches
-from .report import Fired, NearMiss, Overlap, Report, RuleStats, near_miss, overlap
+from .report import (
+    Fired,
+    NearMiss,
+    Overlap,
+    Report,
+    RuleStats,
+    near_miss,
+    overlap,
+    ranked,
+)
 
 Progress = Callable[[int, int], None]
 
@@ -130,7 +139,8 @@ def run_rules(
                 stat[2] += res is not None  # a full structure refused (check, escape, rewrite)
                 if failure.kind == "escape":
                     retry.add((rule, node))
-                miss = near_miss(rule.name, failure, node)
+                depth = 0 if tracer is None else max(tracer.depth, 0)
+                miss = near_miss(rule.name, failure, node, refused=res is not None, depth=depth)
                 misses.setdefault((rule.name, node.name), (miss, node))
         if progress is not None:
             progress(len(cands), len(cands))
@@ -151,7 +161,7 @@ def run_rules(
     }
     report.near_misses = [nm for nm, node in misses.values() if not node._erased]
     if explain:
-        report.near_misses += hidden_matches(graph, rules)
+        report.near_misses = ranked(report.near_misses) + hidden_matches(graph, rules)
     return report
 
 
@@ -173,7 +183,8 @@ def _ties(cands: list, i: int, m: Match, norm: dict) -> list[Overlap]:
     too (tried now, before ``m`` is rewritten): they lose the tie to ``m``'s rule."""
     rule, node = cands[i]
     out = []
-    for other, at in cands[i + 1 :]:
+    for j in range(i + 1, len(cands)):
+        other, at = cands[j]
         if at is not node or other.priority != rule.priority:
             break
         if isinstance(match_rule(other, node, None, norm), Match):

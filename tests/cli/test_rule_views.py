@@ -514,3 +514,20 @@ def test_apply_reports_a_rule_that_lost_a_tie(files, mode) -> None:
         ("my_quant", "fp8_static_quant", "to"),
         ("my_quant", "fp8_static_quant", "to_3"),
     ]
+
+
+def test_explain_ranks_near_misses_and_lists_matches_with_all(files) -> None:
+    """Refusals of a whole match (the check, an escape) come before partial matches,
+    whatever their place in the graph; --all adds what would fire."""
+    res = run(files, "explain", "quants.pt2", "-p", "my_rules.py", "--all", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    nodes = [m["node"] for m in out["near_misses"]["my_quant"]]
+    assert nodes == ["div_2", "div", "clamp_2", "to_4"]  # check, escape; then partial ones
+    assert [(f["rule"], f["root"]) for f in out["fired"]] == [
+        ("my_quant", "to"),
+        ("my_quant", "to_3"),
+    ]
+    text = _text(run(files, "explain", "quants.pt2", "-p", "my_rules.py", "--all"))
+    assert "Would fire: 2 match(es)" in text
+    assert "Would fire" not in _text(run(files, "explain", "quants.pt2", "-p", "my_rules.py"))

@@ -74,7 +74,16 @@ def test_near_miss_fields(ep):
     assert nm.source_line().startswith(f'File "{__file__}", line ')
     assert nm.source_line().endswith("(x * s).clamp(-448, 448).to(F8),  # wrong target")
     d = report.to_dict()["near_misses"]
-    assert {"rule": "fp8_quant", "node": "mul", "reason": str(nm.reason), "target": nm.target} in d
+    fields = {"rule": "fp8_quant", "node": "mul", "reason": str(nm.reason), "target": nm.target}
+    assert fields | {"refused": False, "depth": 2} in d  # the pattern got 2 ops deep
+
+
+def test_near_misses_rank_refusals_first_then_depth(ep):
+    """explain lists a whole match its check or an escape refused before partial matches,
+    deeper partial matches before shallower ones."""
+    misses = graphfuse.explain(ep, rules(FP8), min_depth=1).near_misses
+    keys = [(not m.refused, -m.depth) for m in misses if not m.reason.startswith("inside")]
+    assert keys == sorted(keys) and keys[0][0] is False and len({k[1] for k in keys}) > 1
 
 
 def test_min_depth_filters_shallow_misses(ep):
