@@ -262,12 +262,20 @@ STATS = {
         "rewrites": 1,
     },
 }
+OVERLAPS = [
+    "my_quant lost to fp8_static_quant at to (same priority and root, earlier in the rule set)",
+    "silu_mul_fp8 lost to rms_norm_fp8 at to_2 (priority 30 over 0)",
+]
+
+
 RENDERS = {
     "rule_stats": lambda c: _render.render_rule_stats(
         c, STATS, {"copy": 0.0007, "rewrite": 0.0082, "recompile": 0.0039}, 2
     ),
     "explain_node": lambda c: _render.render_explain_node(c, EXPLAINED),
     "explain_elsewhere": lambda c: _render.render_explain_node(c, ELSEWHERE),
+    "overlaps": lambda c: _render.render_overlaps(c, OVERLAPS),
+    "overlaps_none": lambda c: _render.render_overlaps(c, []),
     "fired": lambda c: _render.render_fired(c, FIRED, True),
     "fired_done": lambda c: _render.render_fired(c, FIRED[:1], False),
     "graph": lambda c: _render.render_graph(c, "model.pt2", CODE),
@@ -305,6 +313,14 @@ RENDERS = {
 
 
 GOLDEN = {
+    "overlaps": """\
+
+Overlaps: 2 match(es) lost to another
+  my_quant lost to fp8_static_quant at to (same priority and root,
+    earlier in the rule set)
+  silu_mul_fp8 lost to rms_norm_fp8 at to_2 (priority 30 over 0)
+""",
+    "overlaps_none": "\n",  # nothing printed
     "rule_stats": """\
 
 Time per rule (2 sweep(s))
