@@ -2,13 +2,17 @@
 q/k/v inputs) fused into one ``graphfuse::attention*`` op, as serving engines do for
 NVIDIA's TRTLLM attention kernels.
 
-Rules (priority order):
-- ``attention_fp8_out``: attention -> layout ops -> static FP8 quant -> ``attention_fp8``
-- ``attention_nvfp4_out``: attention -> layout ops -> ``nvfp4_quant`` -> ``attention_nvfp4``
-- ``attention_fp8_inputs``: attention over dequantised FP8 inputs -> ``attention`` (16-bit)
-- ``paged_decode_fp8_out`` / ``paged_decode_nvfp4_out``: ``paged_decode_attention`` ->
+Rules (priority in brackets; a higher one is tried first where two share a root):
+- ``attention_fp8_out`` (20): attention -> layout ops -> static FP8 quant -> ``attention_fp8``
+- ``attention_nvfp4_out`` (20): attention -> layout ops -> ``nvfp4_quant`` ->
+  ``attention_nvfp4``
+- ``paged_decode_fp8_out`` / ``paged_decode_nvfp4_out`` (15): ``paged_decode_attention`` ->
   reshapes -> static FP8 / NVFP4 quant -> ``paged_decode_attention_fp8`` / ``_nvfp4``
-- ``fp8_static_quant``: any other eager FP8 static quant -> ``fp8_static_quant``
+  (rooted at the quant as the attention rules are, never matching where they do: below
+  them, a quant the attention rule fused is not tried again)
+- ``attention_fp8_inputs`` (10): attention over dequantised FP8 inputs -> ``attention``
+  (16-bit)
+- ``fp8_static_quant`` (0): any other eager FP8 static quant -> ``fp8_static_quant``
 
 ``RULES`` is built when first read, and built again once a quantization library has
 registered the op of a quant spelling (optimum-quanto's ``quantize_symmetric`` exists only

@@ -116,13 +116,13 @@ def paged_rules() -> list[Rule]:
             static_fp8_quant(_OUT),
             _rewrite_paged_fp8,
             _check_paged_fp8,
-            priority=20,
+            priority=15,
         ),
         Rule(
             "paged_decode_nvfp4_out",
             nvfp4_quant(_OUT),
             _rewrite_paged_nvfp4,
             _check_paged_nvfp4,
-            priority=20,
+            priority=15,
         ),
     ]
