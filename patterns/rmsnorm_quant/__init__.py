@@ -18,20 +18,7 @@ the op of a quant spelling (optimum-quanto), as ``trtllm``'s.
 
 from __future__ import annotations
 
-from typing import Any
-
-from graphfuse import RuleSet
-
-from .._quant import quanto_quantize_symmetric
+from .._lazy import lazy_rules
 from ._rules import rules
 
-_BUILT: dict[bool, RuleSet] = {}
-
-
-def __getattr__(name: str) -> Any:
-    if name != "RULES":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    key = quanto_quantize_symmetric() is not None
-    if key not in _BUILT:
-        _BUILT[key] = RuleSet("rmsnorm_quant", rules(), doc=__doc__.splitlines()[0])
-    return _BUILT[key]
+__getattr__ = lazy_rules(__name__, "rmsnorm_quant", rules, __doc__)

@@ -8,23 +8,12 @@ every static quant in front of a linear is fused into the op that produces its i
 
 from __future__ import annotations
 
-from typing import Any
-
-from graphfuse import RuleSet
-
 from .. import act_quant, rmsnorm_quant, trtllm
-from .._quant import quanto_quantize_symmetric
-
-_BUILT: dict[bool, RuleSet] = {}
+from .._lazy import lazy_rules
 
 
-def __getattr__(name: str) -> Any:
-    if name != "RULES":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    key = quanto_quantize_symmetric() is not None
-    if key not in _BUILT:
-        parts = (trtllm.RULES, rmsnorm_quant.RULES, act_quant.RULES)
-        _BUILT[key] = RuleSet(
-            "serving", [r for part in parts for r in part], doc=__doc__.splitlines()[0]
-        )
-    return _BUILT[key]
+def _rules() -> list:
+    return [r for part in (trtllm.RULES, rmsnorm_quant.RULES, act_quant.RULES) for r in part]
+
+
+__getattr__ = lazy_rules(__name__, "serving", _rules, __doc__)

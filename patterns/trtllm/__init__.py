@@ -21,21 +21,8 @@ after ``import optimum.quanto``), so the order of imports does not matter.
 
 from __future__ import annotations
 
-from typing import Any
-
-from graphfuse import RuleSet
-
-from .._quant import quanto_quantize_symmetric
+from .._lazy import lazy_rules
 from ._paged import paged_rules
 from ._rules import rules
 
-_BUILT: dict[bool, RuleSet] = {}
-
-
-def __getattr__(name: str) -> Any:
-    if name != "RULES":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    key = quanto_quantize_symmetric() is not None
-    if key not in _BUILT:
-        _BUILT[key] = RuleSet("trtllm", rules() + paged_rules(), doc=__doc__.splitlines()[0])
-    return _BUILT[key]
+__getattr__ = lazy_rules(__name__, "trtllm", lambda: rules() + paged_rules(), __doc__)
