@@ -23,6 +23,12 @@ OPS = (
     "paged_decode_attention",
     "paged_decode_attention_fp8",
     "paged_decode_attention_nvfp4",
+    "rms_norm_quant_fp8",
+    "add_rms_norm_quant_fp8",
+    "rms_norm_quant_nvfp4",
+    "add_rms_norm_quant_nvfp4",
+    "act_and_mul_quant_fp8",
+    "act_and_mul_quant_nvfp4",
 )
 
 _LIB = torch.library.Library("graphfuse", "IMPL")

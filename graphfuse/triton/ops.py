@@ -1,6 +1,7 @@
 """CUDA impls of every ``graphfuse::`` op (registered lazily by ``_register.py``): argument
-checks, output allocation, and the launch of the family's kernels -- ``quant``, ``prefill``
-and ``decode`` (the dense attention ops send Sq == 1 without a mask to the decode kernel).
+checks, output allocation, and the launch of the family's kernels -- ``quant``, ``norm_act``,
+``prefill`` and ``decode`` (the dense attention ops send Sq == 1 without a mask to the decode
+kernel).
 Impl arguments follow the schemas of ``graphfuse/ops/_library.py``."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from graphfuse.ops._fake_paged import paged_outputs
 
 from .decode.launch import decode_into
 from .decode.paged import paged_into
+from .norm_act import launch as norm_act
 from .prefill.config import out_strides
 from .prefill.launch import attention_into
 from .quant import launch as quant
@@ -59,6 +61,69 @@ def nvfp4_dequant(packed, block_scale, global_scale, dtype, swizzled: bool = Tru
     out = torch.empty(shape, dtype=dtype, device=packed.device)
     quant.nvfp4_dequant_into(packed, block_scale, global_scale, out, swizzled)
     return out
+
+
+# -- norm / activation + quant --------------------------------------------------------------
+
+
+def _nvfp4_outputs(op: str, x: torch.Tensor, swizzle: bool):
+    m, k = quant.nvfp4_rows_cols(op, x.shape, x.shape[-1] if x.dim() else 0)
+    packed = torch.empty((m, k // 2), dtype=torch.uint8, device=x.device)
+    return packed, torch.empty(quant.nvfp4_scale_shape(m, k, swizzle), dtype=FP8, device=x.device)
+
+
+def rms_norm_quant_fp8(x, weight, eps, scale, norm_dtype=None, weight_first=False):
+    _cuda("rms_norm_quant_fp8", x, "x")
+    out = torch.empty(x.shape, dtype=FP8, device=x.device)
+    norm_act.rms_norm_quant_fp8_into(x, weight, eps, scale, out, norm_dtype, weight_first)
+    return out
+
+
+def add_rms_norm_quant_fp8(x, residual, weight, eps, scale, norm_dtype=None, weight_first=False):
+    _cuda("add_rms_norm_quant_fp8", x, "x")
+    out = torch.empty(x.shape, dtype=FP8, device=x.device)
+    h = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    norm_act.rms_norm_quant_fp8_into(
+        x, weight, eps, scale, out, norm_dtype, weight_first, residual, h
+    )
+    return out, h
+
+
+def rms_norm_quant_nvfp4(
+    x, weight, eps, global_scale, norm_dtype=None, weight_first=False, swizzle=True
+):
+    _cuda("rms_norm_quant_nvfp4", x, "x")
+    packed, sf = _nvfp4_outputs("rms_norm_quant_nvfp4", x, swizzle)
+    norm_act.rms_norm_quant_nvfp4_into(
+        x, weight, eps, global_scale, packed, sf, norm_dtype, weight_first, swizzle
+    )
+    return packed, sf
+
+
+def add_rms_norm_quant_nvfp4(
+    x, residual, weight, eps, global_scale, norm_dtype=None, weight_first=False, swizzle=True
+):
+    _cuda("add_rms_norm_quant_nvfp4", x, "x")
+    packed, sf = _nvfp4_outputs("add_rms_norm_quant_nvfp4", x, swizzle)
+    h = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    norm_act.rms_norm_quant_nvfp4_into(
+        x, weight, eps, global_scale, packed, sf, norm_dtype, weight_first, swizzle, residual, h
+    )
+    return packed, sf, h
+
+
+def act_and_mul_quant_fp8(gate, up, scale, activation="silu"):
+    _cuda("act_and_mul_quant_fp8", gate, "gate")
+    out = torch.empty(gate.shape, dtype=FP8, device=gate.device)
+    norm_act.act_and_mul_quant_fp8_into(gate, up, scale, out, activation)
+    return out
+
+
+def act_and_mul_quant_nvfp4(gate, up, global_scale, activation="silu", swizzle=True):
+    _cuda("act_and_mul_quant_nvfp4", gate, "gate")
+    packed, sf = _nvfp4_outputs("act_and_mul_quant_nvfp4", gate, swizzle)
+    norm_act.act_and_mul_quant_nvfp4_into(gate, up, global_scale, packed, sf, activation, swizzle)
+    return packed, sf
 
 
 # -- fused attention (prefill, or decode for Sq == 1) -----------------------------------------
@@ -121,6 +186,12 @@ IMPLS: dict[str, Callable] = {
     "fp8_dequant": fp8_dequant,
     "nvfp4_quant": nvfp4_quant,
     "nvfp4_dequant": nvfp4_dequant,
+    "rms_norm_quant_fp8": rms_norm_quant_fp8,
+    "add_rms_norm_quant_fp8": add_rms_norm_quant_fp8,
+    "rms_norm_quant_nvfp4": rms_norm_quant_nvfp4,
+    "add_rms_norm_quant_nvfp4": add_rms_norm_quant_nvfp4,
+    "act_and_mul_quant_fp8": act_and_mul_quant_fp8,
+    "act_and_mul_quant_nvfp4": act_and_mul_quant_nvfp4,
 }
 for _paged, _base in ((False, "attention"), (True, "paged_decode_attention")):
     for _kind, _op in enumerate((_base, f"{_base}_fp8", f"{_base}_nvfp4")):

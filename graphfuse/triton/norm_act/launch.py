@@ -1,0 +1,191 @@
+"""Launchers of the norm / activation + quant kernels: each ``*_into`` checks its arguments and
+writes into caller-provided outputs (tests poison them first); the op impls in ``ops.py``
+allocate. Launch shapes depend on tensor shapes only (CUDA-graph capturable)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from graphfuse.ops.quant_ref import nvfp4_scale_shape
+
+from ..host import TL_DTYPE, check_scale
+from ..quant.launch import nvfp4_rows_cols
+from .kernels import (
+    GELU_TANH,
+    SILU,
+    act_and_mul_fp8_kernel,
+    act_and_mul_nvfp4_kernel,
+    rms_norm_fp8_kernel,
+    rms_norm_nvfp4_kernel,
+)
+
+FP8 = torch.float8_e4m3fn
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+ACTIVATIONS = {"silu": SILU.value, "gelu_tanh": GELU_TANH.value}
+CHUNK = 1024  # columns a program of the act_and_mul kernels
+# no fused multiply-add: the kernels round every product as norm_act_ref does
+_EXACT = {"enable_fp_fusion": False}
+
+
+def rows_2d(t: torch.Tensor) -> torch.Tensor:
+    """``t`` viewed ``[M, K]`` (K its last dim) with unit column stride: a view when the
+    leading dims collapse into one row stride (halves of a merged projection, row slices),
+    else a contiguous copy."""
+    k = t.shape[-1]
+    m = t.numel() // k if k else 0
+    if t.stride(-1) == 1 or k == 1:
+        try:
+            return t.view(m, k)
+        except RuntimeError:
+            pass
+    return t.contiguous().view(m, k)
+
+
+def _fail(op: str, msg: str) -> None:
+    raise ValueError(f"graphfuse::{op}: {msg}")
+
+
+def _check_out(op: str, name: str, t: torch.Tensor, shape: tuple, dtype: torch.dtype) -> None:
+    if tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous():
+        _fail(op, f"{name} must be contiguous {dtype} {tuple(shape)}, got {t.dtype} "
+              f"{tuple(t.shape)} strides {t.stride()}")  # fmt: skip
+
+
+def _norm_args(
+    op: str, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+    residual_out: torch.Tensor | None, norm_dtype: torch.dtype | None, weight_first: bool,
+) -> tuple:  # fmt: skip
+    """Checks a norm call; returns the kernel's leading arguments and constexprs."""
+    if x.dtype not in FLOATS or weight.dtype not in FLOATS or x.dim() < 1:
+        _fail(op, f"x and weight must be float32 / bfloat16 / float16: {x.dtype}, {weight.dtype}")
+    k = x.shape[-1]
+    if tuple(weight.shape) != (k,):
+        _fail(op, f"weight must have shape [{k}], got {list(weight.shape)}")
+    norm_dt = x.dtype if norm_dtype is None else norm_dtype
+    if norm_dt not in FLOATS:
+        _fail(op, f"norm_dtype must be float32 / bfloat16 / float16, got {norm_dt}")
+    if (residual is None) != (residual_out is None):
+        _fail(op, "residual and residual_out come together")
+    x2 = rows_2d(x)
+    r2, r_out = x2, x2
+    if residual is not None:
+        if residual.shape != x.shape or residual.dtype != x.dtype:
+            _fail(op, "residual must have x's shape and dtype")
+        _check_out(op, "residual_out", residual_out, x.shape, x.dtype)
+        r2, r_out = rows_2d(residual), residual_out
+    out_dt = torch.promote_types(norm_dt, weight.dtype)
+    block = triton.next_power_of_2(max(k, 1))
+    args = (x2, r2, r_out, weight.contiguous())
+    meta = {
+        "HAS_RES": residual is not None,
+        "NORM_DT": TL_DTYPE[norm_dt],
+        "OUT_DT": TL_DTYPE[out_dt],
+        "WEIGHT_FIRST": bool(weight_first),
+        "num_warps": 4 if block <= 1024 else 8 if block <= 4096 else 16,
+    }
+    return args, (x2.stride(0), r2.stride(0)), block, meta
+
+
+def rms_norm_quant_fp8_into(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, scale: torch.Tensor, out: torch.Tensor,
+    norm_dtype: torch.dtype | None = None, weight_first: bool = False,
+    residual: torch.Tensor | None = None, residual_out: torch.Tensor | None = None,
+) -> None:  # fmt: skip
+    """Writes ``e4m3(rms_norm(x [+ residual]) * (1/scale))`` into ``out`` (float8_e4m3fn
+    shaped like x) and, with ``residual``, ``x + residual`` into ``residual_out``."""
+    op = "add_rms_norm_quant_fp8" if residual is not None else "rms_norm_quant_fp8"
+    check_scale(op, "scale", scale, x.device)
+    args, strides, block, meta = _norm_args(
+        op, x, weight, residual, residual_out, norm_dtype, weight_first
+    )
+    _check_out(op, "out", out, x.shape, FP8)
+    m, k = args[0].shape
+    if m and k:
+        rms_norm_fp8_kernel[(m,)](
+            *args, scale, out, m, k, *strides, float(eps), BLOCK=block, **meta, **_EXACT
+        )
+
+
+def rms_norm_quant_nvfp4_into(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, global_scale: torch.Tensor,
+    packed: torch.Tensor, block_scale: torch.Tensor, norm_dtype: torch.dtype | None = None,
+    weight_first: bool = False, swizzle: bool = True, residual: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
+) -> None:  # fmt: skip
+    """NVFP4 of ``rms_norm(x [+ residual])`` into ``packed`` ([M, K/2] uint8) and
+    ``block_scale`` (float8_e4m3fn, swizzled or ``[M, K/16]``); with ``residual``,
+    ``x + residual`` into ``residual_out``."""
+    op = "add_rms_norm_quant_nvfp4" if residual is not None else "rms_norm_quant_nvfp4"
+    check_scale(op, "global_scale", global_scale, x.device)
+    m, k = nvfp4_rows_cols(op, x.shape, x.shape[-1] if x.dim() else 0)
+    args, strides, block, meta = _norm_args(
+        op, x, weight, residual, residual_out, norm_dtype, weight_first
+    )
+    sshape = nvfp4_scale_shape(m, k, swizzle)
+    _check_out(op, "packed", packed, (m, k // 2), torch.uint8)
+    _check_out(op, "block_scale", block_scale, sshape, FP8)
+    # one program per padded row; a row covers the padding block columns too
+    block = max(block, 64)
+    if sshape[0]:
+        rms_norm_nvfp4_kernel[(sshape[0],)](
+            *args, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
+            *strides, float(eps), SWIZZLE=bool(swizzle), BLOCK=block, **meta, **_EXACT,
+        )  # fmt: skip
+
+
+def _act_args(op: str, gate: torch.Tensor, up: torch.Tensor, activation: str) -> tuple:
+    """Checks an act_and_mul call; returns gate and up as ``[M, K]`` views and ACT."""
+    if gate.dtype not in FLOATS or gate.dim() < 1:
+        _fail(op, f"gate must be float32 / bfloat16 / float16 of rank >= 1, got {gate.dtype}")
+    if up.shape != gate.shape or up.dtype != gate.dtype:
+        _fail(op, "up must have gate's shape and dtype")
+    if activation not in ACTIVATIONS:
+        _fail(op, f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+    return rows_2d(gate), rows_2d(up), ACTIVATIONS[activation]
+
+
+def _chunk(cols: int) -> int:
+    return max(64, min(CHUNK, triton.next_power_of_2(cols)))
+
+
+def act_and_mul_quant_fp8_into(
+    gate: torch.Tensor, up: torch.Tensor, scale: torch.Tensor, out: torch.Tensor,
+    activation: str = "silu",
+) -> None:  # fmt: skip
+    """Writes ``e4m3(activation(gate) * up * (1/scale))`` into ``out`` (float8_e4m3fn shaped
+    like gate). gate / up may be strided rows (the halves of a merged projection)."""
+    op = "act_and_mul_quant_fp8"
+    check_scale(op, "scale", scale, gate.device)
+    g2, u2, act = _act_args(op, gate, up, activation)
+    _check_out(op, "out", out, gate.shape, FP8)
+    m, k = g2.shape
+    if m and k:
+        chunk = _chunk(k)
+        act_and_mul_fp8_kernel[(m, triton.cdiv(k, chunk))](
+            g2, u2, scale, out, k, g2.stride(0), u2.stride(0), ACT=act, CHUNK=chunk,
+            num_warps=4, **_EXACT,
+        )  # fmt: skip
+
+
+def act_and_mul_quant_nvfp4_into(
+    gate: torch.Tensor, up: torch.Tensor, global_scale: torch.Tensor, packed: torch.Tensor,
+    block_scale: torch.Tensor, activation: str = "silu", swizzle: bool = True,
+) -> None:  # fmt: skip
+    """NVFP4 of ``activation(gate) * up`` into ``packed`` ([M, K/2] uint8) and
+    ``block_scale`` (float8_e4m3fn, swizzled or ``[M, K/16]``)."""
+    op = "act_and_mul_quant_nvfp4"
+    check_scale(op, "global_scale", global_scale, gate.device)
+    m, k = nvfp4_rows_cols(op, gate.shape, gate.shape[-1] if gate.dim() else 0)
+    g2, u2, act = _act_args(op, gate, up, activation)
+    sshape = nvfp4_scale_shape(m, k, swizzle)
+    _check_out(op, "packed", packed, (m, k // 2), torch.uint8)
+    _check_out(op, "block_scale", block_scale, sshape, FP8)
+    rows, cols = sshape[0], 16 * sshape[1]  # with the swizzle padding
+    if rows:
+        chunk = _chunk(cols)
+        act_and_mul_nvfp4_kernel[(rows, triton.cdiv(cols, chunk))](
+            g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
+            g2.stride(0), u2.stride(0), ACT=act, SWIZZLE=bool(swizzle), CHUNK=chunk,
+            num_warps=4, **_EXACT,
+        )  # fmt: skip

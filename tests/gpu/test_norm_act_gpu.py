@@ -1,0 +1,129 @@
+"""Triton norm / activation + quant kernels on CUDA against graphfuse/ops/norm_act_ref.py.
+
+The seeded cases of ``tests/triton/_norm_act_cases.py`` run through the ``*_into`` launchers
+with poisoned outputs: the act_and_mul kernels bit-exact, the RMSNorm kernels within
+docs/numerics.md's GPU acceptance (their sum of squares is a tree), the residual bit-equal.
+Then every op through the dispatcher (3-D inputs, merged gate / up halves), opcheck, and
+CUDA-graph capture + replay.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import graphfuse  # noqa: F401  (registers the ops and their lazy CUDA impls)
+from graphfuse.ops import norm_act_ref as R
+
+from ..triton._norm_act_cases import failures, fp8_stats, nvfp4_stats, run_all, same_float
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+OPS = torch.ops.graphfuse
+UTILS = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_launchers_against_reference(seed: int) -> None:
+    records = run_all(seed, 16, "cuda")
+    for r in records:
+        print({k: v for k, v in r.items() if k != "failures"})
+    bad = [r for r in records if r["failures"]]
+    assert not bad, bad
+
+
+def _inputs(t: int = 37, hidden: int = 512, inter: int = 1024, dtype=torch.bfloat16):
+    gen = torch.Generator().manual_seed(t)
+    x = (torch.randn(1, t, hidden, generator=gen) * 2).to(dtype).cuda()
+    res = torch.randn(1, t, hidden, generator=gen).to(dtype).cuda()
+    w = (torch.rand(hidden, generator=gen) + 0.5).to(dtype).cuda()
+    merged = (torch.randn(1, t, 2 * inter, generator=gen) * 3).to(dtype).cuda()
+    return x, res, w, merged
+
+
+def _calls(x, res, w, merged, s, g):
+    gate, up = merged.chunk(2, dim=-1)
+    return {
+        "rms_norm_quant_fp8": (OPS.rms_norm_quant_fp8, (x, w, 1e-6, s)),
+        "add_rms_norm_quant_fp8": (OPS.add_rms_norm_quant_fp8, (x, res, w, 1e-6, s)),
+        "rms_norm_quant_nvfp4": (OPS.rms_norm_quant_nvfp4, (x, w, 1e-6, g)),
+        "add_rms_norm_quant_nvfp4": (OPS.add_rms_norm_quant_nvfp4, (x, res, w, 1e-6, g)),
+        "act_and_mul_quant_fp8": (OPS.act_and_mul_quant_fp8, (gate, up, s)),
+        "act_and_mul_quant_nvfp4": (OPS.act_and_mul_quant_nvfp4, (gate, up, g, "gelu_tanh")),
+    }
+
+
+_REFS = {
+    "rms_norm_quant_fp8": R.rms_norm_quant_fp8_ref,
+    "add_rms_norm_quant_fp8": R.add_rms_norm_quant_fp8_ref,
+    "rms_norm_quant_nvfp4": R.rms_norm_quant_nvfp4_ref,
+    "add_rms_norm_quant_nvfp4": R.add_rms_norm_quant_nvfp4_ref,
+    "act_and_mul_quant_fp8": R.act_and_mul_quant_fp8_ref,
+    "act_and_mul_quant_nvfp4": R.act_and_mul_quant_nvfp4_ref,
+}
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+def _check(name: str, got, args) -> None:
+    """``got`` (an op's outputs on CUDA) against the reference on the CPU copies of ``args``."""
+    cpu = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
+    want = _REFS[name](*cpu)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    act, add = name.startswith("act"), name.startswith("add")
+    if want[0].dtype == torch.float8_e4m3fn:
+        st = fp8_stats(got[0], want[0])
+    else:
+        if act:
+            gate, up, g, activation = cpu
+            wide = R.act_and_mul_ref(gate, up, activation)
+        else:
+            x, res, w, eps, g = cpu if add else (cpu[0], None, *cpu[1:])
+            wide, _ = R.rms_norm_ref(x, w, eps, res)
+        st = nvfp4_stats(got[:2], want[:2], wide, g, True)
+    if add:
+        st["residual_equal"] = same_float(got[-1], want[-1])
+    assert not failures({"op": "act" if act else "norm"}, st), (name, st)
+
+
+def test_ops_through_the_dispatcher() -> None:
+    s, g = torch.tensor([0.03], device="cuda"), torch.tensor([400.0], device="cuda")
+    for name, (op, args) in _calls(*_inputs(), s, g).items():
+        _check(name, op(*args), args)
+
+
+def test_opcheck_cuda() -> None:
+    s, g = torch.tensor([0.03], device="cuda"), torch.tensor([400.0], device="cuda")
+    for _name, (op, args) in _calls(*_inputs(t=5, hidden=64, inter=64), s, g).items():
+        torch.library.opcheck(op.default, args, test_utils=UTILS)
+
+
+def test_cuda_graph_capture_and_replay() -> None:
+    x, res, w, merged = _inputs()
+    s, g = torch.tensor([0.03], device="cuda"), torch.tensor([400.0], device="cuda")
+    calls = _calls(x, res, w, merged, s, g)
+    for op, args in calls.values():  # compile the kernels outside the capture
+        op(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = {name: op(*args) for name, (op, args) in calls.items()}
+    fresh = _inputs(t=37, hidden=512, inter=1024)
+    for dst, src in zip((x, res, w, merged), fresh):
+        dst.copy_(src * 1.5)
+    s.fill_(0.05)
+    g.fill_(300.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    for name, (op, args) in calls.items():
+        _check(name, outs[name], args)
+        eager = op(*args)
+        eager = eager if isinstance(eager, tuple) else (eager,)
+        replay = outs[name] if isinstance(outs[name], tuple) else (outs[name],)
+        for a, b in zip(replay, eager):
+            assert torch.equal(_bytes(a), _bytes(b)), name

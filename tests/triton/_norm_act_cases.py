@@ -1,0 +1,359 @@
+"""Seeded cases for the Triton norm / activation + quant kernels against
+``graphfuse/ops/norm_act_ref.py``, shared by the CUDA tests (tests/gpu/test_norm_act_gpu.py)
+and the Triton CPU interpreter run (tests/triton/test_norm_act_interpret.py).
+
+Each case calls a ``*_into`` launcher with poisoned output buffers and returns statistics
+against the reference (computed on the CPU): equal-byte fractions, the largest e4m3 step
+between differing bytes, the NVFP4 RMSE ratio, whether the residual is bit-equal.
+:func:`failures` applies the acceptance: the act_and_mul kernels are bit-exact; the RMSNorm
+kernels meet docs/numerics.md's GPU rule (FP8 bytes within one step, at least 99% equal;
+NVFP4 block scales within one step, RMSE at most 1.05x; the residual bit-equal).
+
+Under the interpreter (``python -m tests.triton._norm_act_cases --device cpu``, with
+``TRITON_INTERPRET=1``) :func:`interpreter_float_conversions` first replaces the
+interpreter's float conversions, which truncate (bf16) or round without carry (e4m3), by
+torch's round-to-nearest-even ones (e4m3 saturating, as the hardware's ``satfinite``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+
+import torch
+
+from graphfuse.ops import norm_act_ref as R
+from graphfuse.ops.quant_ref import nvfp4_dequant_ref, nvfp4_scale_shape, unswizzle_block_scales
+
+FP8 = torch.float8_e4m3fn
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+NORM_DTYPES = (None, torch.float32, torch.bfloat16, torch.float16)
+SPECIALS = (float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 1e4, -3e4, 1e-30)
+
+
+def interpreter_float_conversions() -> None:
+    """Makes the Triton CPU interpreter convert floats as the GPU does (see the module doc)."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    names = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+             "fp8e4nv": FP8}  # fmt: skip
+    ints = {8: (np.int8, torch.int8, np.uint8), 16: (np.int16, torch.int16, np.uint16),
+            32: (np.int32, torch.int32, np.uint32)}  # fmt: skip
+    original = interpreter._convert_float
+
+    def convert(data, src, dst, rounding_mode):
+        if src.name not in names or dst.name not in names:
+            return original(data, src, dst, rounding_mode)
+        src_np, _, _ = ints[src.primitive_bitwidth]
+        bits = torch.from_numpy(np.ascontiguousarray(data).view(src_np).copy())
+        v = bits.view(names[src.name]).float()
+        if dst.name == "fp8e4nv":
+            v = v.clamp(-448.0, 448.0)
+        _, dst_t, dst_np = ints[dst.primitive_bitwidth]
+        return v.to(names[dst.name]).view(dst_t).numpy().view(dst_np).reshape(data.shape)
+
+    interpreter._convert_float = convert
+
+
+# -- inputs ----------------------------------------------------------------------------------
+
+
+def _rand(shape, dtype, gen: torch.Generator, scale: float, specials: bool) -> torch.Tensor:
+    """Random values (never all zero), with special values sprinkled in when asked."""
+    x = torch.randn(shape, generator=gen) * scale
+    if specials and x.numel():
+        flat = x.view(-1)
+        n = max(1, flat.numel() // 300)
+        idx = torch.randint(0, flat.numel(), (n,), generator=gen)
+        pick = torch.randint(0, len(SPECIALS), (n,), generator=gen)
+        flat[idx] = torch.tensor(SPECIALS)[pick]
+    return x.to(dtype)
+
+
+def _layout(x: torch.Tensor, layout: str | None) -> torch.Tensor:
+    """``x`` as a row-strided view (``rows``: padded rows), a transposed copy (``copy``:
+    unit column stride only after the launcher's copy) or as is."""
+    m, k = x.shape
+    if layout == "rows":
+        wide = torch.full((m, k + 48), float("nan"), dtype=x.dtype)
+        wide[:, 16 : 16 + k] = x
+        return wide[:, 16 : 16 + k]
+    if layout == "copy":
+        return x.t().contiguous().t()
+    return x
+
+
+def _finite_amax(t: torch.Tensor) -> float:
+    f = t.float()
+    f = f[torch.isfinite(f)].abs()
+    return float(f.max()) if f.numel() and float(f.max()) > 0 else 1.0
+
+
+def _poisoned(shape, dtype, device, byte: int) -> torch.Tensor:
+    t = torch.full(shape, byte, dtype=torch.uint8, device=device)
+    return t.view(dtype) if dtype != torch.uint8 else t
+
+
+# -- comparison --------------------------------------------------------------------------------
+
+
+def _grid(b: torch.Tensor) -> torch.Tensor:
+    """Rank of each e4m3 byte on the ordered grid of e4m3 values (-0 == +0)."""
+    mag = (b & 0x7F).to(torch.int64)
+    return torch.where((b & 0x80) != 0, -mag, mag)
+
+
+def fp8_stats(got: torch.Tensor, want: torch.Tensor) -> dict:
+    """Equal fraction and largest step of FP8 bytes; NaN bytes compare by NaN-ness."""
+    gb, wb = got.cpu().contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)
+    gn, wn = (gb & 0x7F) == 0x7F, (wb & 0x7F) == 0x7F
+    keep = ~wn
+    diff = (_grid(gb) - _grid(wb)).abs()[keep & ~gn]
+    n = int(keep.sum())
+    return {
+        "nan_same": bool(torch.equal(gn, wn)),
+        "equal": float((gb == wb)[keep].double().mean()) if n else 1.0,
+        "max_step": int(diff.max()) if diff.numel() else 0,
+        "n": int(gb.numel()),
+    }
+
+
+def nvfp4_stats(got: tuple, want: tuple, wide: torch.Tensor, g: torch.Tensor, swizzle: bool):
+    """Packed / scale equal fractions (data of NaN blocks excluded), the largest scale step,
+    and the RMSE ratio of the dequantized outputs against the reference's unquantized
+    values ``wide`` (finite elements)."""
+    gp, gs = got[0].cpu(), got[1].cpu()
+    wp, ws = want
+    gsb, wsb = gs.view(torch.uint8), ws.view(torch.uint8)
+    m, kb = wp.shape[0], wp.shape[1] // 8
+    lin = unswizzle_block_scales(ws, m, kb) if swizzle else ws
+    nan_blocks = ((lin.view(torch.uint8) & 0x7F) == 0x7F).repeat_interleave(8, dim=1)
+    keep = ~nan_blocks
+    st = {
+        "packed_equal": float((gp == wp)[keep].double().mean()) if keep.any() else 1.0,
+        "scale_equal": float((gsb == wsb).double().mean()) if wsb.numel() else 1.0,
+        "scale_max_step": int((_grid(gsb) - _grid(wsb)).abs().max()) if wsb.numel() else 0,
+        "rmse_ratio": 1.0,
+    }
+    if m and not (torch.equal(gp, wp) and torch.equal(gsb, wsb)):
+        d_got = nvfp4_dequant_ref(gp, gs, g.cpu(), torch.float32, swizzled=swizzle)
+        d_want = nvfp4_dequant_ref(wp, ws, g.cpu(), torch.float32, swizzled=swizzle)
+        w = wide.float().reshape(m, -1)
+        ok = torch.isfinite(w) & torch.isfinite(d_got) & torch.isfinite(d_want)
+        e_got = (d_got - w)[ok].pow(2).mean().sqrt().item()
+        e_want = (d_want - w)[ok].pow(2).mean().sqrt().item()
+        st["rmse_ratio"] = e_got / max(e_want, 1e-30)
+    return st
+
+
+def same_float(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Bit-equal, except that NaNs compare by position only."""
+    got = got.cpu()
+    gn, wn = got.isnan(), want.isnan()
+    return bool(
+        torch.equal(gn, wn)
+        and torch.equal(got[~gn].view(-1).view(torch.uint8), want[~wn].view(-1).view(torch.uint8))
+    )
+
+
+# -- cases ------------------------------------------------------------------------------------
+
+
+def norm_cases(seed: int, n: int, hidden=(64, 100, 4096, 5120), rows=(0, 1, 3, 7, 130)):
+    """``n`` RMSNorm cases (dicts) drawn with ``seed``; K % 16 != 0 only with FP8 out."""
+    rng = random.Random(seed)
+    for _ in range(n):
+        fmt = rng.choice(["fp8", "nvfp4"])
+        k = rng.choice(hidden)
+        if fmt == "nvfp4" and k % 16:
+            k = 48  # 3 blocks: swizzle padding columns
+        yield {
+            "op": "norm", "fmt": fmt, "dtype": rng.choice(FLOATS), "wdtype": rng.choice(FLOATS),
+            "k": k, "rows": rng.choice(rows), "norm_dtype": rng.choice(NORM_DTYPES),
+            "weight_first": rng.random() < 0.5, "residual": rng.random() < 0.5,
+            "swizzle": rng.random() < 0.6, "layout": rng.choice([None, None, "rows", "copy"]),
+            "specials": rng.random() < 0.25, "seed": rng.randrange(1 << 30),
+        }  # fmt: skip
+
+
+def act_cases(seed: int, n: int, inter=(64, 4096, 5120, 14336), rows=(0, 1, 3, 7, 130)):
+    """``n`` act_and_mul cases drawn with ``seed``; gate / up are usually the halves of one
+    merged ``[M, 2I]`` tensor."""
+    rng = random.Random(seed)
+    for _ in range(n):
+        yield {
+            "op": "act", "fmt": rng.choice(["fp8", "nvfp4"]), "dtype": rng.choice(FLOATS),
+            "k": rng.choice(inter), "rows": rng.choice(rows),
+            "activation": rng.choice(list(R.ACTIVATIONS)), "swizzle": rng.random() < 0.6,
+            "merged": rng.random() < 0.7, "specials": rng.random() < 0.25,
+            "seed": rng.randrange(1 << 30),
+        }  # fmt: skip
+
+
+def _nvfp4_ref(z: torch.Tensor, g: torch.Tensor, swizzle: bool) -> tuple:
+    """``nvfp4_quant_ref``, or the empty outputs of zero rows (which it cannot reshape)."""
+    if z.shape[0]:
+        return R.nvfp4_quant_ref(z, g, swizzle)
+    k = z.shape[1]
+    return z.new_empty((0, k // 2), dtype=torch.uint8), z.new_empty(
+        nvfp4_scale_shape(0, k, swizzle), dtype=FP8
+    )
+
+
+def run_norm(case: dict, device: str) -> dict:
+    """One RMSNorm case through the launchers on ``device``; its statistics."""
+    from graphfuse.triton.norm_act.launch import rms_norm_quant_fp8_into, rms_norm_quant_nvfp4_into
+
+    gen = torch.Generator().manual_seed(case["seed"])
+    m, k, dt = case["rows"], case["k"], case["dtype"]
+    x = _rand((m, k), dt, gen, 2.0, case["specials"])
+    res = _rand((m, k), dt, gen, 1.0, False) if case["residual"] else None
+    w = (torch.rand(k, generator=gen) + 0.5).to(case["wdtype"])
+    eps, nd, wf = 1e-6, case["norm_dtype"], case["weight_first"]
+    if m:
+        z, h = R.rms_norm_ref(x, w, eps, res, nd, wf)
+    else:  # (the reference's lane sum cannot reshape an empty tensor)
+        z, h = torch.empty(0, k), x if res is None else x + res
+    xd = _layout(x, case["layout"]).to(device)
+    rd = None if res is None else _layout(res, case["layout"]).to(device)
+    h_out = None if res is None else torch.full((m, k), float("nan"), dtype=dt, device=device)
+    st: dict = {}
+    if case["fmt"] == "fp8":
+        s = torch.tensor(_finite_amax(z) / random.Random(case["seed"]).uniform(150, 600))
+        out = _poisoned((m, k), FP8, device, 0xFF)
+        rms_norm_quant_fp8_into(xd, w.to(device), eps, s.to(device), out, nd, wf, rd, h_out)
+        st.update(fp8_stats(out, R.fp8_static_quant_ref(z, s).reshape(m, k)))
+    else:
+        g = torch.tensor(448 * 6 / _finite_amax(z) * random.Random(case["seed"]).uniform(0.5, 2))
+        sw = case["swizzle"]
+        packed = _poisoned((m, k // 2), torch.uint8, device, 0xA5)
+        sf = _poisoned(nvfp4_scale_shape(m, k, sw), FP8, device, 0xFF)
+        rms_norm_quant_nvfp4_into(xd, w.to(device), eps, g.to(device), packed, sf, nd, wf, sw,
+                                  rd, h_out)  # fmt: skip
+        want = _nvfp4_ref(z, g, sw)
+        st.update(nvfp4_stats((packed, sf), want, z, g, sw))
+    st["residual_equal"] = True if res is None else same_float(h_out, h)
+    return st
+
+
+def run_act(case: dict, device: str) -> dict:
+    """One act_and_mul case through the launchers on ``device``; its statistics."""
+    from graphfuse.triton.norm_act.launch import (
+        act_and_mul_quant_fp8_into,
+        act_and_mul_quant_nvfp4_into,
+    )
+
+    gen = torch.Generator().manual_seed(case["seed"])
+    m, k, dt, act = case["rows"], case["k"], case["dtype"], case["activation"]
+    merged = _rand((m, 2 * k), dt, gen, 3.0, case["specials"])
+    gate, up = merged.chunk(2, dim=-1)
+    if not case["merged"]:
+        gate, up = gate.contiguous(), up.contiguous()
+    wide = R.act_and_mul_ref(gate, up, act)
+    md = merged.to(device)
+    gd, ud = md.chunk(2, dim=-1) if case["merged"] else (gate.to(device), up.to(device))
+    if case["fmt"] == "fp8":
+        s = torch.tensor(_finite_amax(wide) / random.Random(case["seed"]).uniform(150, 600))
+        out = _poisoned((m, k), FP8, device, 0xFF)
+        act_and_mul_quant_fp8_into(gd, ud, s.to(device), out, act)
+        return fp8_stats(out, R.fp8_static_quant_ref(wide, s))
+    g = torch.tensor(448 * 6 / _finite_amax(wide) * random.Random(case["seed"]).uniform(0.5, 2))
+    sw = case["swizzle"]
+    packed = _poisoned((m, k // 2), torch.uint8, device, 0xA5)
+    sf = _poisoned(nvfp4_scale_shape(m, k, sw), FP8, device, 0xFF)
+    act_and_mul_quant_nvfp4_into(gd, ud, g.to(device), packed, sf, act, sw)
+    return nvfp4_stats((packed, sf), _nvfp4_ref(wide, g, sw), wide, g, sw)
+
+
+def run_exp_range(device: str) -> list[dict]:
+    """The activations over the whole fp32 range (subnormal to overflow, both signs, and
+    scales whose inverse overflows): FP8 of ``activation(v) * 1`` against the reference."""
+    from graphfuse.triton.norm_act.launch import act_and_mul_quant_fp8_into
+
+    gen = torch.Generator().manual_seed(7)
+    mags = torch.logspace(-40, 38, 2048, dtype=torch.float64).to(torch.float32)
+    jitter = 1 + 0.01 * torch.rand(2048, generator=gen)
+    v = torch.cat([mags * jitter, -mags * jitter, torch.linspace(-120, 120, 2048)]).reshape(-1, 64)
+    out = []
+    for act in R.ACTIVATIONS:
+        for s in (1.0, 1e-30, 2.0**-130):
+            q = _poisoned(v.shape, FP8, device, 0xFF)
+            scale = torch.tensor(s)
+            act_and_mul_quant_fp8_into(
+                v.to(device), torch.ones_like(v, device=device), scale.to(device), q, act
+            )
+            want = R.act_and_mul_quant_fp8_ref(v, torch.ones_like(v), scale, act)
+            out.append({"op": "exp_range", "activation": act, "scale": s, **fp8_stats(q, want)})
+    return out
+
+
+def failures(case: dict, st: dict) -> list[str]:
+    """The acceptance rules a case's statistics break (empty: it passes)."""
+    bad = []
+    exact = case["op"] != "norm"
+    if "equal" in st:
+        if not st["nan_same"]:
+            bad.append("NaN bytes differ")
+        if exact and st["equal"] != 1.0:
+            bad.append(f"FP8 bytes not bit-exact ({st['equal']:.6f})")
+        if not exact and (st["equal"] < 0.99 or st["max_step"] > 1):
+            bad.append(f"FP8 bytes {st['equal']:.6f} equal, max step {st['max_step']}")
+    else:
+        if exact and (st["packed_equal"] != 1.0 or st["scale_equal"] != 1.0):
+            bad.append(f"NVFP4 not bit-exact ({st['packed_equal']}, {st['scale_equal']})")
+        if st["scale_max_step"] > 1 or st["rmse_ratio"] > 1.05:
+            bad.append(f"NVFP4 scale step {st['scale_max_step']}, RMSE {st['rmse_ratio']:.4f}")
+    if not st.get("residual_equal", True):
+        bad.append("residual not bit-equal")
+    return bad
+
+
+def run_all(seed: int, n: int, device: str, **sizes) -> list[dict]:
+    """Every case of ``seed`` (``n`` RMSNorm and ``n`` act_and_mul, then the exp range):
+    a record per case with its statistics and failures."""
+    records = []
+    norm_kw = {k: v for k, v in sizes.items() if k in ("hidden", "rows")}
+    act_kw = {k: v for k, v in sizes.items() if k in ("inter", "rows")}
+    for case in [*norm_cases(seed, n, **norm_kw), *act_cases(seed + 1, n, **act_kw)]:
+        st = (run_norm if case["op"] == "norm" else run_act)(case, device)
+        records.append({**case, **st, "failures": failures(case, st)})
+    for st in run_exp_range(device):
+        records.append({**st, "failures": failures(st, st)})
+    return records
+
+
+def _jsonable(r: dict) -> dict:
+    return {k: (str(v).replace("torch.", "") if isinstance(v, torch.dtype) else v)
+            for k, v in r.items()}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="norm_act kernel cases against the reference")
+    ap.add_argument("--device", default="cpu", help="cpu: the Triton interpreter")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n", type=int, default=8, help="cases per op family")
+    ap.add_argument("--small", action="store_true", help="hidden <= 256, rows <= 33")
+    args = ap.parse_args()
+    if args.device == "cpu":
+        interpreter_float_conversions()
+    sizes = {}
+    if args.small:
+        sizes = {"hidden": (16, 64, 100, 160), "inter": (16, 64, 96, 160), "rows": (0, 1, 3, 33)}
+    records = run_all(args.seed, args.n, args.device, **sizes)
+    for r in records:
+        print(json.dumps(_jsonable(r)))
+    bad = [r for r in records if r["failures"]]
+    summary = {"cases": len(records), "failed": len(bad)}
+    for key in ("equal", "packed_equal", "scale_equal"):
+        vals = [r[key] for r in records if key in r]
+        summary[f"min_{key}"] = min(vals) if vals else math.nan
+    print(json.dumps({"summary": summary}))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
