@@ -171,8 +171,9 @@ def test_bundled_sets_are_listed() -> None:
     assert {"attention_fp8_out", "rms_norm_fp8", "residual_add", "act_fp8"} <= names
 
 
-def _on_cuda(ep):
-    """``ep``'s graph module with every value a fake tensor on CUDA (no GPU needed)."""
+def _on(ep, device: str):
+    """``ep``'s graph module with every value a fake tensor on ``device`` (no such device
+    needed)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     gm = ep.graph_module
@@ -181,26 +182,39 @@ def _on_cuda(ep):
             v = node.meta.get("val")
             if isinstance(v, torch.Tensor):
                 node.meta["val"] = torch.empty_strided(
-                    v.shape, v.stride(), dtype=v.dtype, device="cuda"
+                    v.shape, v.stride(), dtype=v.dtype, device=device
                 )
     return gm
 
 
-@pytest.mark.parametrize(
-    "mod,args,rules,op",
-    [
-        (Norm(), _norm_args(), "rmsnorm_quant", "rms_norm_quant_fp8"),
-        (Norm(fmt="nvfp4"), _norm_args(), "rmsnorm_quant", "rms_norm_quant_nvfp4"),
-        (Act(), _act_args(), "act_quant", "act_and_mul_quant_fp8"),
-    ],
-)
+_KERNEL_CASES = [
+    (Norm(), _norm_args(), "rmsnorm_quant", "rms_norm_quant_fp8"),
+    (Norm(fmt="nvfp4"), _norm_args(), "rmsnorm_quant", "rms_norm_quant_nvfp4"),
+    (Act(), _act_args(), "act_quant", "act_and_mul_quant_fp8"),
+]
+
+
+@pytest.mark.parametrize("mod,args,rules,op", _KERNEL_CASES)
+def test_fuses_on_cuda(mod, args, rules, op) -> None:
+    """The norm / activation ops have CUDA kernels: a graph on CUDA fuses as on the CPU."""
+    gm = _on(_export(mod, args, "pre"), "cuda")
+    res = graphfuse.apply(gm, rules)
+    assert any(res.report.counts.values()), res.report.near_misses
+    # the norm cases have a residual add in front
+    ops = torch.ops.graphfuse
+    targets = {getattr(ops, n).default for n in (op, f"add_{op}") if hasattr(ops, n)}
+    fused = [n for n in res.program.graph.nodes if n.target in targets]
+    assert fused, [str(n.target) for n in res.program.graph.nodes]
+    val = fused[0].meta["val"]
+    assert all(t.device.type == "cuda" for t in (val if isinstance(val, tuple) else (val,)))
+
+
+@pytest.mark.parametrize("mod,args,rules,op", _KERNEL_CASES)
 def test_no_fusion_where_the_fused_op_has_no_kernel(mod, args, rules, op) -> None:
-    """The norm / activation ops have CPU kernels only: a graph on CUDA is left as it is,
-    with a near miss naming the op."""
-    gm = _on_cuda(_export(mod, args, "pre"))
+    """A graph on a device the fused op has no kernel for (here XPU) is left as it is, with
+    a near miss naming the op."""
+    gm = _on(_export(mod, args, "pre"), "xpu")
     assert not any(graphfuse.apply(gm, rules).report.counts.values())
     reasons = [nm.reason for nm in graphfuse.explain(gm, rules).near_misses]
-    want = f"graphfuse::{op} has no cuda kernel yet, and this graph runs on cuda"
+    want = f"graphfuse::{op} has no xpu kernel yet, and this graph runs on xpu"
     assert any(want in r for r in reasons), reasons
-    cpu = _export(mod, args, "pre")
-    assert any(graphfuse.apply(cpu, rules).report.counts.values())
