@@ -1,6 +1,6 @@
 """Triton norm / activation + quant kernels on CUDA against graphfuse/ops/norm_act_ref.py.
 
-The seeded cases of ``tests/triton/_norm_act_cases.py`` run through the ``*_into`` launchers
+The seeded cases of ``tests/triton_kernels/_norm_act_cases.py`` run through the ``*_into`` launchers
 with poisoned outputs: the act_and_mul kernels bit-exact, the RMSNorm kernels within
 docs/numerics.md's GPU acceptance (their sum of squares is a tree), the residual bit-equal.
 Then every op through the dispatcher (3-D inputs, merged gate / up halves), opcheck, and
@@ -15,7 +15,7 @@ import torch
 import graphfuse  # noqa: F401  (registers the ops and their lazy CUDA impls)
 from graphfuse.ops import norm_act_ref as R
 
-from ..triton._norm_act_cases import failures, fp8_stats, nvfp4_stats, run_all, same_float
+from ..triton_kernels._norm_act_cases import failures, fp8_stats, nvfp4_stats, run_all, same_float
 
 pytestmark = [
     pytest.mark.gpu,

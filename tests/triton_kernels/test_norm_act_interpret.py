@@ -1,6 +1,6 @@
 """The Triton norm / activation + quant kernels under the Triton CPU interpreter, against
 graphfuse/ops/norm_act_ref.py (small seeded cases, poisoned outputs; see
-``tests/triton/_norm_act_cases.py``). Skips where Triton is not installed (CI).
+``tests/triton_kernels/_norm_act_cases.py``). Skips where Triton is not installed (CI).
 
 The interpreter reads ``TRITON_INTERPRET`` when Triton is imported, so the cases run in a
 subprocess that sets it first.
@@ -24,7 +24,8 @@ N = 10  # cases per op family and seed
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_norm_act_kernels_interpreted(seed: int) -> None:
-    cmd = [sys.executable, "-m", "tests.triton._norm_act_cases", "--device", "cpu", "--small",
+    module = "tests.triton_kernels._norm_act_cases"
+    cmd = [sys.executable, "-m", module, "--device", "cpu", "--small",
            "--n", str(N), "--seed", str(seed)]  # fmt: skip
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

@@ -1,6 +1,6 @@
 """Seeded cases for the Triton norm / activation + quant kernels against
 ``graphfuse/ops/norm_act_ref.py``, shared by the CUDA tests (tests/gpu/test_norm_act_gpu.py)
-and the Triton CPU interpreter run (tests/triton/test_norm_act_interpret.py).
+and the Triton CPU interpreter run (tests/triton_kernels/test_norm_act_interpret.py).
 
 Each case calls a ``*_into`` launcher with poisoned output buffers and returns statistics
 against the reference (computed on the CPU): equal-byte fractions, the largest e4m3 step
@@ -9,7 +9,7 @@ between differing bytes, the NVFP4 RMSE ratio, whether the residual is bit-equal
 kernels meet docs/numerics.md's GPU rule (FP8 bytes within one step, at least 99% equal;
 NVFP4 block scales within one step, RMSE at most 1.05x; the residual bit-equal).
 
-Under the interpreter (``python -m tests.triton._norm_act_cases --device cpu``, with
+Under the interpreter (``python -m tests.triton_kernels._norm_act_cases --device cpu``, with
 ``TRITON_INTERPRET=1``) :func:`interpreter_float_conversions` first replaces the
 interpreter's float conversions, which truncate (bf16) or round without carry (e4m3), by
 torch's round-to-nearest-even ones (e4m3 saturating, as the hardware's ``satfinite``).
