@@ -9,7 +9,6 @@ first tensor of a tensor list, for ``cat`` and ``stack``).
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any, NamedTuple
 
 import torch
@@ -26,11 +25,22 @@ class ArgSpec(NamedTuple):
     names: tuple[str, ...]
     defaults: tuple[Any, ...]  # NO_DEFAULT where the schema has none
     dim_args: frozenset[int]
+    filled: tuple[Any, ...]  # the defaults, None where the schema has none
+    index: dict[str, int]  # name -> position
 
 
-@cache
+_SPECS: dict[int, tuple[Any, ArgSpec | None]] = {}  # id(target) -> (target, spec)
+
+
 def arg_spec(target: Any) -> ArgSpec | None:
     """The schema-derived :class:`ArgSpec` of an ``OpOverload`` (None for other targets)."""
+    hit = _SPECS.get(id(target))
+    if hit is None or hit[0] is not target:
+        hit = _SPECS[id(target)] = (target, _make_spec(target))
+    return hit[1]
+
+
+def _make_spec(target: Any) -> ArgSpec | None:
     if not isinstance(target, torch._ops.OpOverload):
         return None
     names, defaults, dims = [], [], set()
@@ -39,15 +49,15 @@ def arg_spec(target: Any) -> ArgSpec | None:
         defaults.append(a.default_value if a.has_default_value() else NO_DEFAULT)
         if a.name in _DIM_NAMES and str(a.type).startswith(_DIM_TYPES):
             dims.add(i)
-    return ArgSpec(tuple(names), tuple(defaults), frozenset(dims))
+    filled = tuple(None if d is NO_DEFAULT else d for d in defaults)
+    index = {name: i for i, name in enumerate(names)}
+    return ArgSpec(tuple(names), tuple(defaults), frozenset(dims), filled, index)
 
 
 def arg_index(target: Any, name: str) -> int | None:
     """Schema position of argument ``name`` of ``target`` (None if it has no such one)."""
     spec = arg_spec(target)
-    if spec is None or name not in spec.names:
-        return None
-    return spec.names.index(name)
+    return None if spec is None else spec.index.get(name)
 
 
 def rank_of(value: Any) -> int | None:
@@ -80,15 +90,15 @@ def normalize(node: fx.Node) -> list[Any]:
     For targets without a schema (Python callables) this is ``list(node.args)``.
     """
     spec = arg_spec(node.target)
+    args = node.args
     if spec is None:
-        return list(node.args)
-    out = list(node.args) + [NO_DEFAULT] * (len(spec.names) - len(node.args))
+        return list(args)
+    out = list(args)
+    out += spec.filled[len(args) :]
     for k, v in node.kwargs.items():
-        if k in spec.names:
-            out[spec.names.index(k)] = v
-    for i, v in enumerate(out):
-        if v is NO_DEFAULT:
-            out[i] = None if spec.defaults[i] is NO_DEFAULT else spec.defaults[i]
+        i = spec.index.get(k)
+        if i is not None:
+            out[i] = v
     if spec.dim_args:
         rank = rank_of(out[0]) if out else None
         for i in spec.dim_args:
@@ -98,5 +108,7 @@ def normalize(node: fx.Node) -> list[Any]:
 
 def first_rank(node: fx.Node) -> int | None:
     """The rank that makes ``node``'s dims non-negative (its normalized first argument's)."""
+    if node.args:  # the normalized first argument is the node's own
+        return rank_of(node.args[0])
     args = normalize(node)
     return rank_of(args[0]) if args else None

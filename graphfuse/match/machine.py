@@ -143,7 +143,9 @@ class Call:
         if not is_call(value):
             st.fail("not_call", where, value, self.pat)
             return FAIL
-        plan = self.plan(value.target)
+        target = value.target
+        hit = self.plans.get(id(target))
+        plan = hit[1] if hit is not None and hit[0] is target else self.plan(target)
         if plan is None:
             st.fail("target", value, self.pat)
             return FAIL
@@ -156,40 +158,47 @@ class Call:
         if plan.missing is not None:
             st.fail("no_arg", value, plan.missing)
             return FAIL
-        args = plan.read(value, st.norm)
-        if plan.need > len(args):
-            st.fail("arity", value, len(args), self.pat)
-            return FAIL
+        args = value.args
+        if not plan.direct or len(args) < plan.need:
+            args = plan.read(value, st.norm)
+            if plan.need > len(args):
+                st.fail("arity", value, len(args), self.pat)
+                return FAIL
         if plan.swapped is None:
-            return _push(plan.items, args, value, st, goals)
+            return _push(plan.items, plan.starts, args, value, st, goals)
         return _choose(st, choices, _orders(plan, args, value, st, goals))
 
 
-def _orders(plan: _Plan, args: list, node: fx.Node, st: State, goals: Goals) -> Iterator[Goals]:
+def _orders(plan: _Plan, args: Any, node: fx.Node, st: State, goals: Goals) -> Iterator[Goals]:
     """A commutative call's two argument orders: as written, then swapped."""
-    for items in (plan.items, plan.swapped):
-        pushed = _push(items, args, node, st, goals)
+    for items, starts in ((plan.items, plan.starts), plan.swapped):
+        pushed = _push(items, starts, args, node, st, goals)
         if pushed is not FAIL:
             yield pushed
 
 
-def _push(items: tuple, args: list, node: fx.Node, st: State, goals: Goals) -> Goals:
-    """One goal per argument pattern, first argument first. Untraced, an argument whose
-    op cannot be what its pattern starts with fails the call before any is matched."""
+def _push(items: tuple, starts: tuple, args: Any, node: fx.Node, st: State, goals: Goals) -> Goals:
+    """One goal per argument pattern (``items``, last first), first argument first.
+    Untraced, an argument whose op cannot be what its pattern starts with (``starts``)
+    fails the call before any is matched."""
     if st.tracer is None:
-        for idx, _, first in items:
-            if first is not None and not may_start(first, args[idx]):
+        for idx, first in starts:
+            arg = args[idx]
+            if not (isinstance(arg, fx.Node) and arg.op == "call_function"):
                 return FAIL
-    for idx, matcher, _ in reversed(items):
+            t = arg.target
+            if id(t) not in first and id(getattr(t, "overloadpacket", None)) not in first:
+                return FAIL
+    for idx, matcher in items:
         goals = (matcher, args[idx], (node, idx), goals)
     return goals
 
 
 class _Plan:
-    """How a call pattern reads the arguments of one target: (schema index, matcher, first
-    set) per argument pattern, positional ones then keywords."""
+    """How a call pattern reads the arguments of one target: which schema index each
+    argument pattern (positional ones, then keywords) matches, with what matcher."""
 
-    __slots__ = ("missing", "need", "direct", "items", "swapped")
+    __slots__ = ("missing", "need", "direct", "items", "starts", "swapped")
 
     def __init__(self, pat: P.Call, target: Any) -> None:
         self.missing: str | None = None
@@ -206,12 +215,11 @@ class _Plan:
         self.direct = spec is None or (
             self.missing is None and not ({i for i, _ in pairs} & spec.dim_args)
         )
-        self.items = tuple((i, compiled(p), _first_ids(p)) for i, p in pairs)
-        self.swapped = None
+        self.items, self.starts = _order(pairs)
+        self.swapped = None  # a commutative call's other order, as (items, starts)
         if pat.commutative and self.missing is None:
             (i0, p0), (i1, p1) = pairs[0], pairs[1]
-            swapped = [(i0, p1), (i1, p0)] + pairs[2:]
-            self.swapped = tuple((i, compiled(p), _first_ids(p)) for i, p in swapped)
+            self.swapped = _order([(i0, p1), (i1, p0)] + pairs[2:])
 
     def read(self, node: fx.Node, norm: dict | None) -> Any:
         """The node's arguments in schema order (normalized where the plan needs it)."""
@@ -227,6 +235,15 @@ class _Plan:
         out = A.normalize(node)
         norm[node] = (node.args, node.kwargs, out)
         return out
+
+
+def _order(pairs: list[tuple[int, P.Pattern]]) -> tuple[tuple, tuple]:
+    """``items``: (schema index, matcher) per argument pattern, last first (the order goals
+    are pushed in); ``starts``: (schema index, first set) of the argument patterns that
+    start with a call."""
+    items = tuple((i, compiled(p)) for i, p in reversed(pairs))
+    firsts = [(i, _first_ids(p)) for i, p in pairs]
+    return items, tuple((i, first) for i, first in firsts if first is not None)
 
 
 class Alt:
@@ -288,15 +305,15 @@ class Maybe:
         return hit[1] and (self.where is None or bool(self.where(node)))
 
     def step(self, value: Any, where: Any, st: State, goals: Goals, choices: list) -> Goals:
-        chain: list[fx.Node] = []
-        end = value
-        while self._links(end):
-            chain.append(end)
-            end = end.args[0]
-        if not chain:  # one way: the inner pattern's step at once
+        if not self._links(value):  # one way: the inner pattern's step at once
             if self.name is not None:
                 st.put(st.chains, self.name, ())
             return self.inner.step(value, where, st, goals, choices)
+        chain = [value]
+        end = value.args[0]
+        while self._links(end):
+            chain.append(end)
+            end = end.args[0]
         return _choose(st, choices, self._ways(chain, end, where, st, goals))
 
     def _ways(self, chain: list, end: Any, where: Any, st: State, goals: Goals):

@@ -73,7 +73,8 @@ class Literal:
         self.value = pat.value
 
     def step(self, value: Any, where: Any, st: State, goals: Goals, choices: list) -> Goals:
-        if literal_equal(self.value, value, where):
+        want = self.value
+        if (type(value) is type(want) and value == want) or literal_equal(want, value, where):
             return goals
         st.fail("literal", where, value, self.value)
         return FAIL

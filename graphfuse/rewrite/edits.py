@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from torch import fx
-from torch.fx.node import map_arg
 
 
 def _has_internals() -> bool:
@@ -66,13 +65,10 @@ def add_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.Node
     return node
 
 
-def _none(_: fx.Node) -> None:
-    return None
-
-
 def erase(graph: fx.Graph, nodes: Iterable[fx.Node]) -> None:
     """Erase ``nodes``, given users first (each node's users must be erased before it:
-    in a topologically ordered graph, latest first), as ``graph.erase_node`` does."""
+    in a topologically ordered graph, latest first), as ``graph.erase_node`` does (but an
+    erased node's arguments are left empty rather than each set to None)."""
     if not _direct(graph):
         for node in nodes:
             graph.erase_node(node)
@@ -86,5 +82,5 @@ def erase(graph: fx.Graph, nodes: Iterable[fx.Node]) -> None:
         table[key].pop(node)
         node._remove_from_list()
         object.__setattr__(node, "_erased", True)
-        node._update_args_kwargs(map_arg(node._args, _none), map_arg(node._kwargs, _none))
+        node._update_args_kwargs((), {})  # off its inputs' users
         graph._len -= 1

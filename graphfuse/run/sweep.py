@@ -129,7 +129,7 @@ def run_rules(
                 if isinstance(res, Match):
                     report.counts[rule.name] += 1
                     fired.append(rule.name)
-                    removed = tuple(n.name for n in res.nodes)
+                    removed = tuple([n.name for n in res.nodes])
                     report.fired.append(Fired(rule.name, node.name, removed, rule.where, iteration))
                     continue
             failure = res

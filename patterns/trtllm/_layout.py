@@ -41,9 +41,8 @@ LAYOUTS: dict[str, list[tuple[str, ...]]] = {
 
 
 def _regroup(labels: list[str], sizes: dict[str, Any], shape: Any) -> Groups | None:
-    """Split ``labels`` (in memory order) into consecutive groups whose size products are
-    ``shape``; None if a dim would split a label."""
-    labels = [lb for lb in labels if not same_size(sizes[lb], 1)]
+    """Split ``labels`` (in memory order, size-1 labels left out) into consecutive groups
+    whose size products are ``shape``; None if a dim would split a label."""
     out: Groups = []
     i = 0
     for dim in shape:
@@ -59,8 +58,8 @@ def _regroup(labels: list[str], sizes: dict[str, Any], shape: Any) -> Groups | N
     return out if i == len(labels) else None
 
 
-def _strip(groups: Groups, sizes: dict[str, Any]) -> Groups:
-    return [tuple(lb for lb in g if not same_size(sizes[lb], 1)) for g in groups]
+def _strip(groups: Groups, ones: frozenset[str]) -> Groups:
+    return [tuple(lb for lb in g if lb not in ones) for g in groups]
 
 
 _TRANSPOSE, _PERMUTE, _RESHAPE = "transpose", "permute", "reshape"
@@ -91,7 +90,9 @@ def bhsd_layout(start: fx.Node, chain: tuple[fx.Node, ...], dims: tuple) -> str 
 
 
 def _simulate(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any]) -> str | None:
-    groups = _regroup(["B", "H", "S", "D"], sizes, start.meta["val"].shape)
+    ones = frozenset(lb for lb, size in sizes.items() if same_size(size, 1))
+    labels = [lb for lb in ("B", "H", "S", "D") if lb not in ones]
+    groups = _regroup(labels, sizes, start.meta["val"].shape)
     for node in reversed(chain):
         if groups is None:
             return None
@@ -109,8 +110,7 @@ def _simulate(start: fx.Node, chain: tuple[fx.Node, ...], sizes: dict[str, Any])
             groups = _regroup(flat, sizes, node.meta["val"].shape)
     if groups is None:
         return None
-    stripped = _strip(groups, sizes)
     for name, canon in LAYOUTS.items():
-        if len(canon) == len(groups) and stripped == _strip(list(canon), sizes):
+        if len(canon) == len(groups) and groups == _strip(canon, ones):
             return name
     return None
