@@ -16,30 +16,21 @@
 #include <cstring>
 
 #include "formats.h"
+#include "quant_rows.h"
 #include "quant_simd.h"
 
 namespace graphfuse {
 namespace {
 
 using namespace formats;
+using quant::dispatch_float;
+using quant::read_scale;
 
 constexpr int64_t kChunk = 4096;       // elements per task span (a multiple of 16)
 constexpr int64_t kGrainElems = 32768;  // elements per parallel work item, at least
 
 // ---------------------------------------------------------------------------------------
 // Argument checks
-
-float read_scale(const char* op, const char* name, const at::Tensor& s, const at::Tensor& x) {
-  TORCH_CHECK(s.numel() == 1, op, ": ", name, " must have exactly one element, got shape ",
-              s.sizes(), " (", s.numel(), " elements)");
-  TORCH_CHECK(at::isFloatingType(s.scalar_type()), op, ": ", name,
-              " must have a floating dtype, got ", s.scalar_type());
-  TORCH_CHECK(s.device() == x.device(), op, ": ", name, " is on ", s.device(),
-              " but the input is on ", x.device());
-  const float v = s.to(at::kFloat).item<float>();
-  TORCH_CHECK(std::isfinite(v) && v > 0.0f, op, ": ", name, " must be finite and > 0, got ", v);
-  return v;
-}
 
 void check_cpu(const char* op, const at::Tensor& x) {
   TORCH_CHECK(x.device().is_cpu(), op, ": the CPU kernel got an input on ", x.device());
@@ -54,16 +45,6 @@ void check_float_input(const char* op, const at::Tensor& x) {
 void check_out_dtype(const char* op, at::ScalarType t) {
   TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, op,
               ": dtype must be float32, bfloat16 or float16, got ", t);
-}
-
-template <typename Fn>
-void dispatch_float(at::ScalarType t, Fn&& fn) {
-  switch (t) {
-    case at::kFloat: return fn(float{});
-    case at::kBFloat16: return fn(c10::BFloat16{});
-    case at::kHalf: return fn(c10::Half{});
-    default: TORCH_CHECK(false, "graphfuse: unsupported dtype ", t);
-  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -130,12 +111,12 @@ at::Tensor fp8_static_quant(const at::Tensor& x, const at::Tensor& scale) {
   check_float_input(op, x);
   const float inv = 1.0f / read_scale(op, "scale", scale, x);
   at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));
-  uint8_t* o = reinterpret_cast<uint8_t*>(out.data_ptr());
-  const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
+  const quant::Fp8Rows rows{reinterpret_cast<uint8_t*>(out.data_ptr()),
+                            x.dim() == 0 ? 1 : x.size(-1), inv};
   dispatch_float(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     for_each_span<T>(x, [&](int64_t m, int64_t c0, const T* p, int64_t n) {
-      simd::fp8_encode_span(p, o + m * cols + c0, n, inv);
+      rows.put(m, c0, p, n);
     });
   });
   return out;
@@ -177,20 +158,16 @@ std::tuple<at::Tensor, at::Tensor> nvfp4_quant(const at::Tensor& x, const at::Te
   const int64_t M = x.numel() / K;
   const int64_t kb = K / 16;
   at::Tensor packed = at::empty({M, K / 2}, x.options().dtype(at::kByte));
-  at::Tensor scales = swizzle ? at::zeros({swizzled_scale_rows(M), swizzled_scale_cols(kb)},
+  at::Tensor scales = swizzle ? at::empty({swizzled_scale_rows(M), swizzled_scale_cols(kb)},
                                           x.options().dtype(at::kByte))
                               : at::empty({M, kb}, x.options().dtype(at::kByte));
-  uint8_t* pk = packed.data_ptr<uint8_t>();
-  uint8_t* sc = scales.data_ptr<uint8_t>();
-  const int64_t n_ktiles = swizzled_scale_cols(kb) / 4;
+  const quant::Nvfp4Rows rows{packed.data_ptr<uint8_t>(), scales.data_ptr<uint8_t>(), K, g,
+                              swizzle};
+  if (swizzle) quant::zero_scale_padding(rows.scales, M, kb);
   dispatch_float(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     for_each_span<T>(x, [&](int64_t m, int64_t c0, const T* p, int64_t n) {
-      for (int64_t j = 0; j < n; j += 16) {
-        const int64_t k = (c0 + j) / 16;
-        const uint8_t sf = simd::nvfp4_encode_block(p + j, pk + m * (K / 2) + (c0 + j) / 2, g);
-        sc[swizzle ? swizzled_scale_offset(m, k, n_ktiles) : m * kb + k] = sf;
-      }
+      rows.put(m, c0, p, n);
     });
   });
   return {packed, scales.view(at::kFloat8_e4m3fn)};

@@ -5,6 +5,9 @@
 //   fp8_encode_span(p, out, n, inv)      out[i] = e4m3(float(p[i]) * inv), i < n
 //   nvfp4_encode_block(p, out8, g) -> sf one block of 16: 8 packed bytes (element 2j in the
 //                                        low nibble of byte j), returns the e4m3 scale byte
+//   nvfp4_encode_blocks(p, nb, out, sf, g) nb consecutive blocks: 8 * nb packed bytes at out,
+//                                        nb scale bytes at sf (AVX2: 8 blocks at a time, their
+//                                        scales computed in one vector)
 //   fp8_decode_span(p, out, n, scale)    out[i] = O(e4m3_to_float(p[i]) * scale), rne to O
 //   nvfp4_decode_block(p8, sf, g, out16) out[i] = O((e2m1_to_float(code_i) * sf) / g)
 #pragma once
@@ -76,10 +79,11 @@ inline uint64_t pack_low_bytes(__m256i v) {
   return static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_castsi256_si128(t)));
 }
 
-// 8 lanes of formats::nvfp4_encode: sign of x | magnitude code of x * inv.
+// 8 lanes of formats::nvfp4_encode: sign of x (bit 3) | magnitude code of x * inv, the code
+// counted up by one for every threshold of formats::e2m1_magnitude_code that |x * inv| passes.
 inline __m256i e2m1_encode8(__m256 x, __m256 inv) {
   const __m256 a = _mm256_and_ps(_mm256_mul_ps(x, inv), _mm256_castsi256_ps(splat(0x7FFFFFFF)));
-  __m256i c = _mm256_setzero_si256();
+  __m256i c = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28), splat(8));
   const auto step = [&](float t, int pred) {
     c = _mm256_sub_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), pred)));
   };
@@ -90,8 +94,7 @@ inline __m256i e2m1_encode8(__m256 x, __m256 inv) {
   step(2.5f, _CMP_GT_OQ);
   step(3.5f, _CMP_GE_OQ);
   step(5.0f, _CMP_GT_OQ);
-  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28), splat(8));
-  return _mm256_or_si256(c, sign);
+  return c;
 }
 
 // Codes of elements 2j, 2j+1 (int32 lanes) -> byte j = low | high << 4; 4 bytes.
@@ -106,11 +109,42 @@ inline uint32_t pack_nibbles(__m256i codes) {
   return lo | (hi << 16);
 }
 
+// The codes of 4 blocks (c[2b], c[2b + 1]: elements 0..7 and 8..15 of block b) -> their 32
+// packed bytes at out. Codes are narrowed to bytes, each (even, odd) byte pair becomes
+// even + 16 * odd (maddubs), and the 16-bit halves of the two 128-bit lanes are interleaved
+// back into element order.
+inline void pack_nibbles4(const __m256i c[8], uint8_t* out) {
+  const __m256i k = _mm256_set1_epi16(0x1001);  // bytes 1, 16
+  const __m256i b01 = _mm256_maddubs_epi16(
+      _mm256_packus_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3])), k);
+  const __m256i b23 = _mm256_maddubs_epi16(
+      _mm256_packus_epi16(_mm256_packs_epi32(c[4], c[5]), _mm256_packs_epi32(c[6], c[7])), k);
+  // lane 0: per block, bytes 0, 1, 4, 5; lane 1: bytes 2, 3, 6, 7 (blocks 0..3 in order)
+  const __m256i v = _mm256_packus_epi16(b01, b23);
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi16(lo, hi));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm_unpackhi_epi16(lo, hi));
+}
+
 inline uint32_t hmax_epu32(__m256i v) {
   __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
   return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+}
+
+// Lane-wise unsigned max of each of a[0..7] -> lane b holds the max over the 8 lanes of a[b].
+inline __m256i hmax8_epu32(const __m256i a[8]) {
+  const auto pairs = [](__m256i x, __m256i y) {  // per 128-bit lane: x02, y02, x13, y13
+    return _mm256_max_epu32(_mm256_unpacklo_epi32(x, y), _mm256_unpackhi_epi32(x, y));
+  };
+  const auto quads = [](__m256i x, __m256i y) {  // per 128-bit lane: the max of 4 of each
+    return _mm256_max_epu32(_mm256_unpacklo_epi64(x, y), _mm256_unpackhi_epi64(x, y));
+  };
+  const __m256i u = quads(pairs(a[0], a[1]), pairs(a[2], a[3]));
+  const __m256i v = quads(pairs(a[4], a[5]), pairs(a[6], a[7]));
+  return _mm256_max_epu32(_mm256_permute2x128_si256(u, v, 0x20),
+                          _mm256_permute2x128_si256(u, v, 0x31));
 }
 
 inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
@@ -173,6 +207,25 @@ inline void e4m3_decode16(const uint8_t* p, __m256& lo, __m256& hi) {
   hi = half_bits_to_e4m3_value(_mm256_extracti128_si256(h, 1));
 }
 
+// e4m3 codes (0..255) in int32 lanes -> their 8 values.
+inline __m256 e4m3_decode8(__m256i codes) {
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(codes, codes),
+                                             _MM_SHUFFLE(3, 1, 2, 0));  // 16-bit codes 0..7
+  return half_bits_to_e4m3_value(_mm256_castsi256_si128(e4m3_half_bits(w)));
+}
+
+// formats::nvfp4_block_scale of 8 blocks at once: amax bits (NaN-sticky) -> the e4m3 scale
+// bytes in int32 lanes (sf) and the multipliers (inv), lane for lane the scalar results.
+inline void nvfp4_block_scale8(__m256i amax_bits, float g, __m256i& sf, __m256& inv) {
+  const __m256 amax = _mm256_castsi256_ps(amax_bits), vg = _mm256_set1_ps(g);
+  const __m256 nan = _mm256_cmp_ps(amax, amax, _CMP_UNORD_Q);
+  sf = e4m3_encode8(_mm256_mul_ps(vg, _mm256_div_ps(amax, _mm256_set1_ps(6.0f))));
+  sf = _mm256_blendv_epi8(sf, splat(0x7F), _mm256_castps_si256(nan));
+  const __m256 sf_f = e4m3_decode8(sf);  // NaN for 0x7F, so inv is NaN then
+  const __m256 zero = _mm256_cmp_ps(sf_f, _mm256_setzero_ps(), _CMP_EQ_OQ);
+  inv = _mm256_andnot_ps(zero, _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(sf_f, vg)));
+}
+
 // 8 e2m1 values from 4 packed bytes (element 2j: low nibble of byte j).
 inline __m256 e2m1_decode8(uint32_t word) {
   const __m256i c = _mm256_and_si256(
@@ -226,6 +279,43 @@ inline uint8_t nvfp4_encode_block(const T* p, uint8_t* out8, float g) {
   }
   return bs.sf;
 #endif
+}
+
+#ifdef GRAPHFUSE_AVX2
+// 8 consecutive blocks of 16: 64 packed bytes at out, 8 scale bytes at sf.
+template <typename T>
+inline void nvfp4_encode8(const T* p, uint8_t* out, uint8_t* sf, float g) {
+  const __m256i abs_mask = splat(0x7FFFFFFF);
+  __m256i amax[8];
+  for (int b = 0; b < 8; ++b) {
+    amax[b] = _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(load8(p + 16 * b)), abs_mask),
+                               _mm256_and_si256(_mm256_castps_si256(load8(p + 16 * b + 8)), abs_mask));
+  }
+  __m256i sf_bytes;
+  __m256 inv;
+  nvfp4_block_scale8(hmax8_epu32(amax), g, sf_bytes, inv);
+  const uint64_t sfb = pack_low_bytes(sf_bytes);
+  std::memcpy(sf, &sfb, 8);
+  for (int h = 0; h < 2; ++h) {  // blocks 4h .. 4h + 3
+    __m256i c[8];
+    for (int b = 0; b < 4; ++b) {
+      const int blk = 4 * h + b;
+      const __m256 inv_b = _mm256_permutevar8x32_ps(inv, splat(blk));
+      c[2 * b] = e2m1_encode8(load8(p + 16 * blk), inv_b);
+      c[2 * b + 1] = e2m1_encode8(load8(p + 16 * blk + 8), inv_b);
+    }
+    pack_nibbles4(c, out + 32 * h);
+  }
+}
+#endif
+
+template <typename T>
+inline void nvfp4_encode_blocks(const T* p, int64_t nb, uint8_t* out, uint8_t* sf, float g) {
+  int64_t b = 0;
+#ifdef GRAPHFUSE_AVX2
+  for (; b + 8 <= nb; b += 8) nvfp4_encode8(p + 16 * b, out + 8 * b, sf + b, g);
+#endif
+  for (; b < nb; ++b) sf[b] = nvfp4_encode_block(p + 16 * b, out + 8 * b, g);
 }
 
 template <typename O>
