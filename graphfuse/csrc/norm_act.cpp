@@ -6,7 +6,7 @@
 //
 // One task per block of rows. A row is read once from memory: RMSNorm's first loop adds the
 // residual (writing the sum), and sums the squares; its second loop reads the row again from
-// cache and quantizes it 64 values at a time through a stack buffer with the encoders of
+// cache and quantizes it 128 values at a time through a stack buffer with the encoders of
 // quant_simd.h. No fp32 tensor is allocated. Inputs are viewed as [M, K] (a copy only when
 // the leading dims cannot be merged or the last dim is strided). GRAPHFUSE_POISON_OUTPUTS=1
 // fills the outputs with 0xFF bytes first, so that a byte the kernel misses shows in tests.
@@ -32,6 +32,7 @@
 
 #include "formats.h"
 #include "norm_act_simd.h"
+#include "quant_rows.h"
 #include "quant_simd.h"
 
 namespace graphfuse {
@@ -41,8 +42,10 @@ using formats::swizzled_scale_cols;
 using formats::swizzled_scale_offset;
 using formats::swizzled_scale_rows;
 using normact::RoundTo;
+using quant::dispatch_float;
+using quant::read_scale;
 
-constexpr int64_t kBlock = 64;         // values quantized per encoder call (a multiple of 16)
+constexpr int64_t kBlock = 128;        // values quantized per encoder call (8 NVFP4 blocks)
 constexpr int64_t kGrainElems = 32768;  // elements per parallel work item, at least
 
 // ---------------------------------------------------------------------------------------
@@ -57,18 +60,6 @@ at::Tensor new_output(at::IntArrayRef sizes, const at::Tensor& like, at::ScalarT
   at::Tensor out = at::empty(sizes, like.options().dtype(dtype));
   if (poison_outputs() && out.numel() > 0) out.view(at::kByte).fill_(0xFF);
   return out;
-}
-
-float read_scale(const char* op, const char* name, const at::Tensor& s, const at::Tensor& x) {
-  TORCH_CHECK(s.numel() == 1, op, ": ", name, " must have exactly one element, got shape ",
-              s.sizes(), " (", s.numel(), " elements)");
-  TORCH_CHECK(at::isFloatingType(s.scalar_type()), op, ": ", name,
-              " must have a floating dtype, got ", s.scalar_type());
-  TORCH_CHECK(s.device() == x.device(), op, ": ", name, " is on ", s.device(),
-              " but the input is on ", x.device());
-  const float v = s.to(at::kFloat).item<float>();
-  TORCH_CHECK(std::isfinite(v) && v > 0.0f, op, ": ", name, " must be finite and > 0, got ", v);
-  return v;
 }
 
 bool is_float(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
@@ -91,56 +82,13 @@ at::Tensor rows_of(const at::Tensor& x) {
   return r.stride(1) == 1 ? r : r.contiguous();
 }
 
-template <typename Fn>
-void dispatch_float(at::ScalarType t, Fn&& fn) {
-  switch (t) {
-    case at::kFloat: return fn(float{});
-    case at::kBFloat16: return fn(c10::BFloat16{});
-    case at::kHalf: return fn(c10::Half{});
-    default: TORCH_CHECK(false, "graphfuse: unsupported dtype ", t);
-  }
-}
-
 // ---------------------------------------------------------------------------------------
-// Output formats: a row's values arrive kBlock at a time as fp32 (already rounded to the
-// dtype the graph quantizes).
-
-struct Fp8Out {
-  uint8_t* data;
-  int64_t cols;
-  float inv;
-  void put(int64_t m, int64_t c0, const float* z, int64_t n) const {
-    simd::fp8_encode_span(z, data + m * cols + c0, n, inv);
-  }
-};
-
-struct Nvfp4Out {
-  uint8_t* packed;
-  uint8_t* scales;
-  int64_t cols;  // K
-  float g;
-  bool swizzle;
-  void put(int64_t m, int64_t c0, const float* z, int64_t n) const {
-    const int64_t kb = cols / 16, n_ktiles = swizzled_scale_cols(kb) / 4;
-    for (int64_t j = 0; j < n; j += 16) {
-      const int64_t k = (c0 + j) / 16;
-      const uint8_t sf = simd::nvfp4_encode_block(z + j, packed + m * (cols / 2) + (c0 + j) / 2, g);
-      scales[swizzle ? swizzled_scale_offset(m, k, n_ktiles) : m * kb + k] = sf;
-    }
-  }
-};
-
-// Swizzled block scales: the padding rows and columns are zero (written, not assumed).
-void zero_scale_padding(uint8_t* sc, int64_t M, int64_t kb) {
-  const int64_t mp = swizzled_scale_rows(M), kp = swizzled_scale_cols(kb), n_ktiles = kp / 4;
-  for (int64_t m = 0; m < mp; ++m) {
-    for (int64_t k = (m < M ? kb : 0); k < kp; ++k) sc[swizzled_scale_offset(m, k, n_ktiles)] = 0;
-  }
-}
+// Outputs: a row's values arrive kBlock at a time as fp32 (already rounded to the dtype the
+// graph quantizes) and go to quant::Fp8Rows / quant::Nvfp4Rows.
 
 struct Nvfp4Tensors {
   at::Tensor packed, scales;
-  Nvfp4Out out;
+  quant::Nvfp4Rows out;
 };
 
 Nvfp4Tensors nvfp4_outputs(const char* op, const at::Tensor& x, int64_t M, int64_t K, float g,
@@ -153,7 +101,7 @@ Nvfp4Tensors nvfp4_outputs(const char* op, const at::Tensor& x, int64_t M, int64
   t.scales = swizzle ? new_output({swizzled_scale_rows(M), swizzled_scale_cols(kb)}, x, at::kByte)
                      : new_output({M, kb}, x, at::kByte);
   t.out = {t.packed.data_ptr<uint8_t>(), t.scales.data_ptr<uint8_t>(), K, g, swizzle};
-  if (swizzle) zero_scale_padding(t.out.scales, M, kb);
+  if (swizzle) quant::zero_scale_padding(t.out.scales, M, kb);
   return t;
 }
 
@@ -291,7 +239,7 @@ at::Tensor fp8_norm(const char* op, const at::Tensor& x, const at::Tensor* resid
   const float inv = 1.0f / read_scale(op, "scale", scale, x);
   at::Tensor q = new_output(x.sizes(), x, at::kFloat8_e4m3fn);
   const at::Tensor w = weight.contiguous();
-  const Fp8Out out{reinterpret_cast<uint8_t*>(q.data_ptr()), x.size(-1), inv};
+  const quant::Fp8Rows out{reinterpret_cast<uint8_t*>(q.data_ptr()), x.size(-1), inv};
   at::Tensor h2 = c.has_res ? c.h_out.view({-1, x.size(-1)}) : at::Tensor();
   if (x.numel() > 0) {
     norm_rows(c.x2, c.has_res ? &c.res2 : nullptr, c.has_res ? &h2 : nullptr, w, c.args, out);
@@ -361,11 +309,15 @@ void act_row(const T* gate, const T* up, int64_t K, bool gelu, const Out& out, i
   constexpr RoundTo to = std::is_same_v<T, c10::BFloat16> ? RoundTo::kBF16
                          : std::is_same_v<T, c10::Half>   ? RoundTo::kF16
                                                           : RoundTo::kF32;
-  alignas(32) float z[kBlock];
+#ifdef GRAPHFUSE_AVX2
+  const bool wide = simd::avx512_usable();
+#endif
+  alignas(64) float z[kBlock];
   for (int64_t c0 = 0; c0 < K; c0 += kBlock) {
     const int64_t n = std::min(kBlock, K - c0);
     int64_t j = 0;
 #ifdef GRAPHFUSE_AVX2
+    if (wide) j = normact::avx512::act_and_mul(gate + c0, up + c0, n, gelu, to, z);
     for (; j + 8 <= n; j += 8) {
       const __m256 a = normact::round_to(normact::act_ref(simd::load8(gate + c0 + j), gelu), to);
       _mm256_store_ps(z + j, normact::round_to(_mm256_mul_ps(a, simd::load8(up + c0 + j)), to));
@@ -418,7 +370,7 @@ at::Tensor act_and_mul_quant_fp8(const at::Tensor& gate, const at::Tensor& up,
   const ActCall c = prepare_act(op, gate, up, activation);
   const float inv = 1.0f / read_scale(op, "scale", scale, gate);
   at::Tensor q = new_output(gate.sizes(), gate, at::kFloat8_e4m3fn);
-  act_rows(c, Fp8Out{reinterpret_cast<uint8_t*>(q.data_ptr()), gate.size(-1), inv});
+  act_rows(c, quant::Fp8Rows{reinterpret_cast<uint8_t*>(q.data_ptr()), gate.size(-1), inv});
   return q;
 }
 
@@ -439,12 +391,12 @@ std::tuple<at::Tensor, at::Tensor> act_and_mul_quant_nvfp4(const at::Tensor& gat
 }  // namespace
 
 TORCH_LIBRARY_IMPL(graphfuse, CPU, m) {
-  m.impl("rms_norm_quant_fp8", &rms_norm_quant_fp8);
-  m.impl("add_rms_norm_quant_fp8", &add_rms_norm_quant_fp8);
-  m.impl("rms_norm_quant_nvfp4", &rms_norm_quant_nvfp4);
-  m.impl("add_rms_norm_quant_nvfp4", &add_rms_norm_quant_nvfp4);
-  m.impl("act_and_mul_quant_fp8", &act_and_mul_quant_fp8);
-  m.impl("act_and_mul_quant_nvfp4", &act_and_mul_quant_nvfp4);
+  m.impl("rms_norm_quant_fp8", TORCH_FN(rms_norm_quant_fp8));
+  m.impl("add_rms_norm_quant_fp8", TORCH_FN(add_rms_norm_quant_fp8));
+  m.impl("rms_norm_quant_nvfp4", TORCH_FN(rms_norm_quant_nvfp4));
+  m.impl("add_rms_norm_quant_nvfp4", TORCH_FN(add_rms_norm_quant_nvfp4));
+  m.impl("act_and_mul_quant_fp8", TORCH_FN(act_and_mul_quant_fp8));
+  m.impl("act_and_mul_quant_nvfp4", TORCH_FN(act_and_mul_quant_nvfp4));
 }
 
 }  // namespace graphfuse

@@ -7,6 +7,9 @@
 //   act_ref(v, gelu)                               silu(v), or gelu_tanh(v) when gelu
 //   LaneSums                                       norm_act_ref.sum_squares_ref: 16 lanes,
 //                                                  add(i, v) then total()
+//   avx512::act_and_mul(gate, up, n, gelu, to, z)  z[i] = round(round(act(gate[i])) * up[i])
+//                                                  in 16 lanes for i < n - n % 16; returns
+//                                                  n - n % 16 (GRAPHFUSE_AVX512 functions)
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -110,8 +113,8 @@ inline __m256 exp_ref(__m256 v) {
   __m256 y = _mm256_mul_ps(p, _mm256_mul_ps(r, r));
   y = _mm256_add_ps(y, r);
   y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
-  const __m256 ok = _mm256_cmp_ps(n, n, _CMP_ORD_Q);
-  const __m256i ni = _mm256_cvtps_epi32(_mm256_and_ps(n, ok));  // NaN -> 0; y is NaN then
+  // A NaN n (from a NaN v) converts to INT_MIN; y is that NaN then and the products keep it.
+  const __m256i ni = _mm256_cvtps_epi32(n);
   const __m256i n1 = _mm256_srai_epi32(ni, 1);
   return _mm256_mul_ps(_mm256_mul_ps(y, pow2(n1)), pow2(_mm256_sub_epi32(ni, n1)));
 }
@@ -126,6 +129,74 @@ inline __m256 act_ref(__m256 v, bool gelu) {
   const __m256 neg = _mm256_xor_ps(k, _mm256_set1_ps(-0.0f));
   return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ref(neg)));
 }
+
+// ---------------------------------------------------------------------------------------
+// AVX-512: the same operations in 16 lanes, for the activation (exp-bound); GRAPHFUSE_AVX512
+// functions (quant_simd.h), called only when simd::avx512_usable().
+
+namespace avx512 {
+
+using simd::avx512::load16;
+
+GRAPHFUSE_AVX512 inline __m512 round_to(__m512 v, RoundTo to) {
+  if (to == RoundTo::kBF16) {  // rne to the top 16 bits; NaN -> 0x7FC0 (as c10::BFloat16)
+    const __m512i b = _mm512_castps_si512(v);
+    __m512i r = _mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF));
+    r = _mm512_add_epi32(r, _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1)));
+    r = _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u)));
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), nan,
+                              _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+  }
+  if (to == RoundTo::kF16) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  return v;
+}
+
+GRAPHFUSE_AVX512 inline __m512 exp_ref(__m512 v) {
+  // max/min return their second operand when one is NaN: v stays NaN
+  v = _mm512_min_ps(_mm512_set1_ps(kExpHi), _mm512_max_ps(_mm512_set1_ps(kExpLo), v));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(kLog2e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_sub_ps(v, _mm512_mul_ps(n, _mm512_set1_ps(kLn2Hi)));
+  r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(kLn2Lo)));
+  __m512 p = _mm512_add_ps(_mm512_mul_ps(r, _mm512_set1_ps(kP0)), _mm512_set1_ps(kP1));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP2));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP3));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP4));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP5));
+  __m512 y = _mm512_mul_ps(p, _mm512_mul_ps(r, r));
+  y = _mm512_add_ps(y, r);
+  y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+  // y * 2^n rounded once, as y * 2^n1 * 2^(n - n1) is (the first product is exact); a NaN y
+  // stays that NaN.
+  return _mm512_scalef_ps(y, n);
+}
+
+GRAPHFUSE_AVX512 inline __m512 act_ref(__m512 v, bool gelu) {
+  __m512 k = v;
+  if (gelu) {
+    const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+    k = _mm512_add_ps(v, _mm512_mul_ps(cube, _mm512_set1_ps(kGeluKappa)));
+    k = _mm512_mul_ps(k, _mm512_set1_ps(kGeluBeta2));
+  }
+  const __m512 neg = _mm512_xor_ps(k, _mm512_set1_ps(-0.0f));
+  return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ref(neg)));
+}
+
+template <typename T>
+GRAPHFUSE_AVX512 int64_t act_and_mul(const T* gate, const T* up, int64_t n, bool gelu,
+                                     RoundTo to, float* z) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 a = round_to(act_ref(load16(gate + j), gelu), to);
+    _mm512_storeu_ps(z + j, round_to(_mm512_mul_ps(a, load16(up + j)), to));
+  }
+  return j;
+}
+
+}  // namespace avx512
 
 #endif  // GRAPHFUSE_AVX2
 

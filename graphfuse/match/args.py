@@ -75,10 +75,10 @@ def canonical_dim(d: Any, rank: int | None) -> Any:
     """``d`` (an int or a list of ints) with negative dims made non-negative."""
     if rank is None:
         return d
-    if isinstance(d, int) and not isinstance(d, bool):
+    if type(d) is int:
         return d + rank if d < 0 else d
-    if isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
-        if all(x >= 0 for x in d):
+    if isinstance(d, (list, tuple)) and all([type(x) is int for x in d]):
+        if not d or min(d) >= 0:
             return d
         return type(d)(x + rank if x < 0 else x for x in d)
     return d

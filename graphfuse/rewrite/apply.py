@@ -161,4 +161,4 @@ def _erase_matched(m: Match, graph: fx.Graph, keep: tuple[fx.Node, ...]) -> None
     }
     doomed.extend(asserts)
     doomed.sort(key=_position, reverse=True)
-    erase(graph, (n for n in doomed if not n.users))
+    erase(graph, (n for n in doomed if not n.users))  # (checked as it goes: users go first)

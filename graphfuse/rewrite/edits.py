@@ -51,12 +51,18 @@ def _direct(graph: fx.Graph) -> bool:
     )
 
 
+_BASE_NAMES: dict[int, tuple[Any, str]] = {}  # id(target) -> (target, its node names' base)
+
+
 def add_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.Node:
     """A ``call_function`` node of ``target`` at the graph's insert point, as
     ``graph.call_function(target, args, kwargs)`` makes it."""
     if not _direct(graph):
         return graph.call_function(target, args, kwargs)
-    name = graph._graph_namespace.create_name(graph._target_to_str(target), None)
+    hit = _BASE_NAMES.get(id(target))
+    if hit is None or hit[0] is not target:
+        hit = _BASE_NAMES[id(target)] = (target, graph._target_to_str(target))
+    name = graph._graph_namespace.create_name(hit[1], None)
     node = fx.Node(graph, name, "call_function", target, args, kwargs)
     graph._graph_namespace.associate_name_with_obj(name, node)
     graph._insert(node)
@@ -74,13 +80,16 @@ def erase(graph: fx.Graph, nodes: Iterable[fx.Node]) -> None:
             graph.erase_node(node)
         return
     table = graph._find_nodes_lookup_table.table
+    setattr_ = object.__setattr__
+    erased = 0
     for node in nodes:
         if node.users or node.graph is not graph or node._erased:
             graph.erase_node(node)  # fx's own error (or warning)
             continue
-        key = ("call_function", node.target) if node.op == "call_function" else (node.op, None)
-        table[key].pop(node)
+        op = node.op
+        table[(op, node.target) if op == "call_function" else (op, None)].pop(node)
         node._remove_from_list()
-        object.__setattr__(node, "_erased", True)
+        setattr_(node, "_erased", True)
         node._update_args_kwargs((), {})  # off its inputs' users
-        graph._len -= 1
+        erased += 1
+    graph._len -= erased

@@ -31,17 +31,35 @@ def sweep_order(rules: RuleSet, graph: fx.Graph) -> list[tuple[Rule, fx.Node]]:
     """The candidates, each (rule, node) once, found through the graph's op index (no scan
     of every node): higher rule priority first, then position in the graph, then the
     rule's place in the set."""
-    out: list[tuple[Rule, fx.Node]] = []
-    for priority in sorted({rule.priority for rule in rules}, reverse=True):
-        at_nodes = [
-            (node, level)
-            for target, by_target in rules.roots()
-            if (level := [r for r in by_target if r.priority == priority])
-            for node in graph.find_nodes(op="call_function", target=target, sort=False)
-        ]
-        at_nodes.sort(key=lambda nl: nl[0]._sort_key)
-        out += [(rule, node) for node, level in at_nodes for rule in level]
-    return out
+    return [c for p in _priorities(rules) for c in level_candidates(rules, graph, p)]
+
+
+def _priorities(rules: RuleSet) -> list[int]:
+    return sorted({rule.priority for rule in rules}, reverse=True)
+
+
+def level_candidates(rules: RuleSet, graph: fx.Graph, priority: int) -> list[tuple[Rule, fx.Node]]:
+    """The candidates of the rules of one priority, in :func:`sweep_order`."""
+    at_nodes = [
+        (node._sort_key, node, level)
+        for target, by_target in rules.roots()
+        if (level := [r for r in by_target if r.priority == priority])
+        for node in graph.find_nodes(op="call_function", target=target, sort=False)
+    ]
+    at_nodes.sort(key=_first)
+    return [(rule, node) for _, node, level in at_nodes for rule in level]
+
+
+def _first(item: tuple) -> Any:
+    return item[0]
+
+
+def _count(rules: RuleSet, graph: fx.Graph) -> int:
+    """How many candidates :func:`sweep_order` has, without listing them."""
+    return sum(
+        len(by_target) * len(graph.find_nodes(op="call_function", target=target, sort=False))
+        for target, by_target in rules.roots()
+    )
 
 
 def run_rules(
@@ -59,10 +77,12 @@ def run_rules(
 
     A sweep visits the candidates in :func:`sweep_order` and applies each match as it is
     found, so a candidate that an earlier rewrite consumed is skipped without matching;
-    overlaps go to the first. The next sweep revisits everything only when a rewrite
-    created a node that some pattern of the set could match; otherwise only the
-    candidates a rewrite may have unblocked (those that failed because an intermediate
-    escaped). ``graph.lint()`` runs after every sweep that changed something.
+    overlaps go to the first. Each priority level's candidates are found when the sweep
+    reaches it: a node that a higher level's rewrite created is among them, one it erased
+    is not. The next sweep revisits everything only when a rewrite created a node that
+    some pattern of the set could match; otherwise only the candidates a rewrite may have
+    unblocked (those that failed because an intermediate escaped). ``graph.lint()`` runs
+    after every sweep that changed something.
 
     Args:
         graph: the graph, rewritten in place (unless ``dry_run``).
@@ -78,91 +98,127 @@ def run_rules(
     Returns:
         the :class:`Report`: counts per rule, near misses, sweeps.
     """
-    report = Report(rules.name, {r.name: 0 for r in rules}, dry_run=dry_run)
-    fake = FakePropagator()
-    misses: dict[tuple[str, str], tuple[NearMiss, fx.Node]] = {}
-    norm: dict[fx.Node, Any] = {}  # normalized arguments, valid while a node is unedited
-    place = {rule: i for i, rule in enumerate(rules)}
+    run = _Run(graph, rules, dry_run, explain, min_depth)
     retry: set[tuple[Rule, fx.Node]] | None = None  # None: every candidate
-    fired: list[str] = []
-    stats = {rule: [0, 0.0, 0, 0.0] for rule in rules}  # candidates, match s, rejects, rewrite s
-    clock = time.perf_counter
     for iteration in range(1, max_iterations + 1):
-        report.iterations = iteration
+        run.report.iterations = iteration
         if retry is None:
-            cands = sweep_order(rules, graph)
+            levels: Any = (level_candidates(rules, graph, p) for p in _priorities(rules))
+            total = _count(rules, graph) if progress is not None else 0
         else:
-            cands = sorted(retry, key=lambda rn: (-rn[0].priority, rn[1]._sort_key, place[rn[0]]))
-        fired, retry, full_sweep = [], set(), False
-        consumed: dict[fx.Node, Match] = {}  # dry run: node -> the match that took it
-        for i, (rule, node) in enumerate(cands):
-            if progress is not None and i % 256 == 0:
-                progress(i, len(cands))
-            if node._erased:
-                continue
-            if node in consumed:
-                _lost(report, match_rule(rule, node, None, norm), consumed)
-                continue
-            tracer = Tracer() if explain and iteration == 1 else None
-            stat = stats[rule]
-            start = clock()
-            res = match_rule(rule, node, tracer, norm)
-            stat[1] += clock() - start
-            stat[0] += 1
-            if isinstance(res, Match):
-                if dry_run:
-                    if _lost(report, res, consumed):
-                        continue
-                    consumed.update(dict.fromkeys(res.nodes, res))
-                else:
-                    report.overlaps += _ties(cands, i, res, norm)
-                    start = clock()
-                    try:
-                        created = apply_match(res, graph, fake, escape_checked=True)
-                    except RewriteError as exc:  # the graph is as it was: a near miss, go on
-                        created = Failure("check", (_rewrite_failed(exc, rule),), res.root)
-                    stat[3] += clock() - start
-                    if isinstance(created, list):
-                        full_sweep = full_sweep or any(rules.mentions(n.target) for n in created)
-                    else:  # no longer safe: retried next sweep
-                        res = created
-                if isinstance(res, Match):
-                    report.counts[rule.name] += 1
-                    fired.append(rule.name)
-                    removed = tuple([n.name for n in res.nodes])
-                    report.fired.append(Fired(rule.name, node.name, removed, rule.where, iteration))
-                    continue
-            failure = res
-            if failure is None and tracer is not None and tracer.depth >= min_depth:
-                failure = tracer.failure
-            if failure is not None:
-                stat[2] += res is not None  # a full structure refused (check, escape, rewrite)
-                if failure.kind == "escape":
-                    retry.add((rule, node))
-                depth = 0 if tracer is None else max(tracer.depth, 0)
-                miss = near_miss(rule.name, failure, node, refused=res is not None, depth=depth)
-                misses.setdefault((rule.name, node.name), (miss, node))
+            place = {rule: i for i, rule in enumerate(rules)}
+            order = sorted(retry, key=lambda rn: (-rn[0].priority, rn[1]._sort_key, place[rn[0]]))
+            levels, total = [order], len(order)
+        run.start_sweep(iteration)
+        done = 0
+        for cands in levels:
+            for i in range(len(cands)):
+                if progress is not None and (done + i) % 256 == 0:
+                    progress(min(done + i, total), total)
+                run.visit(cands, i)
+            done += len(cands)
         if progress is not None:
-            progress(len(cands), len(cands))
-        if dry_run or not fired:
+            progress(total, total)
+        if dry_run or not run.fired:
             break
-        if full_sweep:
-            retry = None
+        retry = None if run.full_sweep else run.retry
         if lint:
             graph.lint()
     else:
         raise FixpointError(
             f"rule set {rules.name} still rewrote after {max_iterations} sweeps "
-            f"(rules {', '.join(sorted(set(fired)))} keep firing); do they undo each other?"
+            f"(rules {', '.join(sorted(set(run.fired)))} keep firing); do they undo each other?"
         )
-    report.rule_stats = {
-        rule.name: RuleStats(n, match_s, rejects, rewrite_s, report.counts[rule.name])
-        for rule, (n, match_s, rejects, rewrite_s) in stats.items()
-    }
-    report.near_misses = [nm for nm, node in misses.values() if not node._erased]
-    if explain:
-        report.near_misses = ranked(report.near_misses) + hidden_matches(graph, rules)
-    return report
+    return run.finish()
+
+
+class _Run:
+    """What one :func:`run_rules` call keeps across its sweeps: the report, near misses,
+    per-rule costs, fake values of new nodes, normalized arguments."""
+
+    def __init__(
+        self, graph: fx.Graph, rules: RuleSet, dry_run: bool, explain: bool, min_depth: int
+    ) -> None:
+        self.graph, self.rules, self.dry_run = graph, rules, dry_run
+        self.explain, self.min_depth = explain, min_depth
+        self.report = Report(rules.name, {r.name: 0 for r in rules}, dry_run=dry_run)
+        self.fake = FakePropagator()
+        self.misses: dict[tuple[str, str], tuple[NearMiss, fx.Node]] = {}
+        self.norm: dict[fx.Node, Any] = {}  # normalized arguments, valid while a node is unedited
+        # per rule: candidates, seconds matching, rejects, seconds rewriting
+        self.stats = {rule: [0, 0.0, 0, 0.0] for rule in rules}
+        self.iteration = 0
+        self.start_sweep(0)
+
+    def start_sweep(self, iteration: int) -> None:
+        self.iteration = iteration
+        self.fired: list[str] = []
+        self.retry: set[tuple[Rule, fx.Node]] = set()  # escapes: candidates to try again
+        self.full_sweep = False  # a new node some pattern of the set mentions
+        self.consumed: dict[fx.Node, Match] = {}  # dry run: node -> the match that took it
+
+    def visit(self, cands: list[tuple[Rule, fx.Node]], i: int) -> None:
+        """Match candidate ``cands[i]``, rewrite on a match, note a near miss otherwise."""
+        rule, node = cands[i]
+        if node._erased:
+            return
+        report, norm = self.report, self.norm
+        if node in self.consumed:
+            _lost(report, match_rule(rule, node, None, norm), self.consumed)
+            return
+        tracer = Tracer() if self.explain and self.iteration == 1 else None
+        stat = self.stats[rule]
+        start = time.perf_counter()
+        res = match_rule(rule, node, tracer, norm)
+        stat[1] += time.perf_counter() - start
+        stat[0] += 1
+        if isinstance(res, Match):
+            if self.dry_run:
+                if _lost(report, res, self.consumed):
+                    return
+                self.consumed.update(dict.fromkeys(res.nodes, res))
+            else:
+                report.overlaps += _ties(cands, i, res, norm)
+                start = time.perf_counter()
+                try:
+                    created = apply_match(res, self.graph, self.fake, escape_checked=True)
+                except RewriteError as exc:  # the graph is as it was: a near miss, go on
+                    created = Failure("check", (_rewrite_failed(exc, rule),), res.root)
+                stat[3] += time.perf_counter() - start
+                if isinstance(created, list):
+                    mentions = self.rules.mentions
+                    self.full_sweep = self.full_sweep or any(mentions(n.target) for n in created)
+                else:  # no longer safe: retried next sweep
+                    res = created
+            if isinstance(res, Match):
+                report.counts[rule.name] += 1
+                self.fired.append(rule.name)
+                removed = tuple([n.name for n in res.nodes])
+                report.fired.append(
+                    Fired(rule.name, node.name, removed, rule.where, self.iteration)
+                )
+                return
+        failure = res
+        if failure is None and tracer is not None and tracer.depth >= self.min_depth:
+            failure = tracer.failure
+        if failure is not None:
+            stat[2] += res is not None  # a full structure refused (check, escape, rewrite)
+            if failure.kind == "escape":
+                self.retry.add((rule, node))
+            depth = 0 if tracer is None else max(tracer.depth, 0)
+            miss = near_miss(rule.name, failure, node, refused=res is not None, depth=depth)
+            self.misses.setdefault((rule.name, node.name), (miss, node))
+
+    def finish(self) -> Report:
+        report = self.report
+        report.rule_stats = {
+            rule.name: RuleStats(n, match_s, rejects, rewrite_s, report.counts[rule.name])
+            for rule, (n, match_s, rejects, rewrite_s) in self.stats.items()
+        }
+        report.near_misses = [nm for nm, node in self.misses.values() if not node._erased]
+        if self.explain:
+            report.near_misses = ranked(report.near_misses) + hidden_matches(self.graph, self.rules)
+        return report
 
 
 def _lost(report: Report, res: Match | Failure | None, consumed: dict) -> bool:
