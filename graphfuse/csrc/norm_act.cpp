@@ -310,7 +310,7 @@ void act_row(const T* gate, const T* up, int64_t K, bool gelu, const Out& out, i
                          : std::is_same_v<T, c10::Half>   ? RoundTo::kF16
                                                           : RoundTo::kF32;
 #ifdef GRAPHFUSE_AVX2
-  const bool wide = simd::avx512_usable();
+  const bool wide = normact::avx512_usable();
 #endif
   alignas(64) float z[kBlock];
   for (int64_t c0 = 0; c0 < K; c0 += kBlock) {

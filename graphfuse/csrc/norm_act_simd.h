@@ -7,6 +7,9 @@
 //   act_ref(v, gelu)                               silu(v), or gelu_tanh(v) when gelu
 //   LaneSums                                       norm_act_ref.sum_squares_ref: 16 lanes,
 //                                                  add(i, v) then total()
+//   avx512_usable()                                AVX2 builds: the CPU has AVX-512 F/BW/DQ/VL
+//                                                  and torch's CPU capability is AVX512 (not
+//                                                  lowered by ATEN_CPU_CAPABILITY)
 //   avx512::act_and_mul(gate, up, n, gelu, to, z)  z[i] = round(round(act(gate[i])) * up[i])
 //                                                  in 16 lanes for i < n - n % 16; returns
 //                                                  n - n % 16 (GRAPHFUSE_AVX512 functions)
@@ -14,6 +17,8 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+
+#include <ATen/Version.h>
 
 #include <cmath>
 #include <cstdint>
@@ -131,12 +136,32 @@ inline __m256 act_ref(__m256 v, bool gelu) {
 }
 
 // ---------------------------------------------------------------------------------------
-// AVX-512: the same operations in 16 lanes, for the activation (exp-bound); GRAPHFUSE_AVX512
-// functions (quant_simd.h), called only when simd::avx512_usable().
+// AVX-512: the same operations in 16 lanes, for the activation (bound by the latency of the
+// exp chain, so twice the lanes per instruction pays even where 512-bit operations take two
+// 256-bit cycles). Compiled function by function for that target (GRAPHFUSE_AVX512) inside
+// the AVX2 build; called only when avx512_usable().
+
+#define GRAPHFUSE_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+inline bool avx512_usable() {
+  static const bool usable = __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512dq") &&
+                             __builtin_cpu_supports("avx512vl") &&
+                             at::get_cpu_capability() == "AVX512";
+  return usable;
+}
 
 namespace avx512 {
 
-using simd::avx512::load16;
+GRAPHFUSE_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+GRAPHFUSE_AVX512 inline __m512 load16(const c10::BFloat16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+GRAPHFUSE_AVX512 inline __m512 load16(const c10::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 
 GRAPHFUSE_AVX512 inline __m512 round_to(__m512 v, RoundTo to) {
   if (to == RoundTo::kBF16) {  // rne to the top 16 bits; NaN -> 0x7FC0 (as c10::BFloat16)

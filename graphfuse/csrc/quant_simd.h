@@ -6,17 +6,12 @@
 //   nvfp4_encode_block(p, out8, g) -> sf one block of 16: 8 packed bytes (element 2j in the
 //                                        low nibble of byte j), returns the e4m3 scale byte
 //   nvfp4_encode_blocks(p, nb, out, sf, g) nb consecutive blocks: 8 * nb packed bytes at out,
-//                                        nb scale bytes at sf (8 blocks at a time, their
-//                                        scales computed in one vector; AVX-512 when usable)
-//   avx512_usable()                      AVX2 builds: the CPU has AVX-512 F/BW/DQ/VL and
-//                                        torch's CPU capability is AVX512 (not lowered by
-//                                        ATEN_CPU_CAPABILITY); the GRAPHFUSE_AVX512 functions
-//                                        (compiled for that target one by one) need it
+//                                        nb scale bytes at sf (AVX2: 8 blocks at a time, their
+//                                        scales computed in one vector)
 //   fp8_decode_span(p, out, n, scale)    out[i] = O(e4m3_to_float(p[i]) * scale), rne to O
 //   nvfp4_decode_block(p8, sf, g, out16) out[i] = O((e2m1_to_float(code_i) * sf) / g)
 #pragma once
 
-#include <ATen/Version.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Half.h>
@@ -287,73 +282,6 @@ inline uint8_t nvfp4_encode_block(const T* p, uint8_t* out8, float g) {
 }
 
 #ifdef GRAPHFUSE_AVX2
-#define GRAPHFUSE_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-
-inline bool avx512_usable() {
-  static const bool usable = __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512dq") &&
-                             __builtin_cpu_supports("avx512vl") &&
-                             at::get_cpu_capability() == "AVX512";
-  return usable;
-}
-
-namespace avx512 {
-
-GRAPHFUSE_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-GRAPHFUSE_AVX512 inline __m512 load16(const c10::BFloat16* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-GRAPHFUSE_AVX512 inline __m512 load16(const c10::Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-// e2m1_encode8 in 16 lanes (one block).
-GRAPHFUSE_AVX512 inline __m512i e2m1_encode16(__m512 x, __m512 inv) {
-  const __m512 a = _mm512_abs_ps(_mm512_mul_ps(x, inv));
-  __m512i c = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 28),
-                               _mm512_set1_epi32(8));
-  const __m512i one = _mm512_set1_epi32(1);
-  const auto step = [&](float t, int pred) {
-    c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_set1_ps(t), pred), c, one);
-  };
-  step(0.25f, _CMP_GT_OQ);
-  step(0.75f, _CMP_GE_OQ);
-  step(1.25f, _CMP_GT_OQ);
-  step(1.75f, _CMP_GE_OQ);
-  step(2.5f, _CMP_GT_OQ);
-  step(3.5f, _CMP_GE_OQ);
-  step(5.0f, _CMP_GT_OQ);
-  return c;
-}
-
-// nvfp4_encode8 (below) with a block in one 16-lane vector; the 8 block scales as there.
-template <typename T>
-GRAPHFUSE_AVX512 void nvfp4_encode8(const T* p, uint8_t* out, uint8_t* sf, float g) {
-  __m512 x[8];
-  __m256i amax[8];
-  for (int b = 0; b < 8; ++b) {
-    x[b] = load16(p + 16 * b);
-    const __m512i a = _mm512_and_si512(_mm512_castps_si512(x[b]), _mm512_set1_epi32(0x7FFFFFFF));
-    amax[b] = _mm256_max_epu32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-  }
-  __m256i sf_bytes;
-  __m256 inv;
-  nvfp4_block_scale8(hmax8_epu32(amax), g, sf_bytes, inv);
-  const uint64_t sfb = pack_low_bytes(sf_bytes);
-  std::memcpy(sf, &sfb, 8);
-  const __m512 inv16 = _mm512_castps256_ps512(inv);
-  for (int b = 0; b < 8; ++b) {
-    const __m512i c = e2m1_encode16(x[b], _mm512_permutexvar_ps(_mm512_set1_epi32(b), inv16));
-    // element 2j + 1 into bits 4..7 of element 2j, then the low byte of each 64-bit lane
-    const __m512i t = _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 8 * b), _mm512_cvtepi64_epi8(t));
-  }
-}
-
-}  // namespace avx512
-
 // 8 consecutive blocks of 16: 64 packed bytes at out, 8 scale bytes at sf.
 template <typename T>
 inline void nvfp4_encode8(const T* p, uint8_t* out, uint8_t* sf, float g) {
@@ -385,9 +313,6 @@ template <typename T>
 inline void nvfp4_encode_blocks(const T* p, int64_t nb, uint8_t* out, uint8_t* sf, float g) {
   int64_t b = 0;
 #ifdef GRAPHFUSE_AVX2
-  if (avx512_usable()) {
-    for (; b + 8 <= nb; b += 8) avx512::nvfp4_encode8(p + 16 * b, out + 8 * b, sf + b, g);
-  }
   for (; b + 8 <= nb; b += 8) nvfp4_encode8(p + 16 * b, out + 8 * b, sf + b, g);
 #endif
   for (; b < nb; ++b) sf[b] = nvfp4_encode_block(p + 16 * b, out + 8 * b, g);

@@ -3,14 +3,19 @@ references (graphfuse/ops/norm_act_ref.py), byte for byte.
 
 Every run poisons the outputs (GRAPHFUSE_POISON_OUTPUTS=1 fills them with 0xFF first), so a
 byte the kernel does not write fails. Cases are a seeded sample (seed printed) of dtypes x
-hidden sizes (multiples of 16 and not, below and above the 8-lane vector width) x options,
-with special values (±inf, NaN, ±0, huge, subnormal) injected.
+hidden sizes (multiples of 16 and not, below and above the 8- and 16-lane vector widths) x
+options, with special values (±inf, NaN, ±0, huge, subnormal) injected. On a CPU where the
+activation runs in 16 AVX-512 lanes, the act tests run again in a fresh process with
+ATEN_CPU_CAPABILITY=avx2, which checks the 8-lane AVX2 path.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -167,6 +172,26 @@ def test_exp_and_activations_over_the_fp32_range() -> None:
                 OPS.act_and_mul_quant_fp8(v, torch.ones_like(v), scale, activation),
                 R.act_and_mul_quant_fp8_ref(v, torch.ones_like(v), scale, activation),
             )
+
+
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() != "AVX512" or "ATEN_CPU_CAPABILITY" in os.environ,
+    reason="the activation's AVX-512 path is not used here",
+)
+def test_act_avx2_path_where_avx512_is_used() -> None:
+    """The act tests with torch's CPU capability lowered to AVX2: the 8-lane activation."""
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", GRAPHFUSE_TEST_SEED=str(SEED))
+    tests = "act_and_mul_quant_bit_exact or exp_and_activations or strided_and_merged"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", tests]
+    out = subprocess.run(
+        [*cmd, __file__],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
