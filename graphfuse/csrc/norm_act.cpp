@@ -6,7 +6,7 @@
 //
 // One task per block of rows. A row is read once from memory: RMSNorm's first loop adds the
 // residual (writing the sum), and sums the squares; its second loop reads the row again from
-// cache and quantizes it 128 values at a time through a stack buffer with the encoders of
+// cache and quantizes it 512 values at a time through a stack buffer with the encoders of
 // quant_simd.h. No fp32 tensor is allocated. Inputs are viewed as [M, K] (a copy only when
 // the leading dims cannot be merged or the last dim is strided). GRAPHFUSE_POISON_OUTPUTS=1
 // fills the outputs with 0xFF bytes first, so that a byte the kernel misses shows in tests.
@@ -45,7 +45,7 @@ using normact::RoundTo;
 using quant::dispatch_float;
 using quant::read_scale;
 
-constexpr int64_t kBlock = 128;        // values quantized per encoder call (8 NVFP4 blocks)
+constexpr int64_t kBlock = 512;        // values quantized per encoder call (32 NVFP4 blocks)
 constexpr int64_t kGrainElems = 32768;  // elements per parallel work item, at least
 
 // ---------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-// norm_act_simd.h: the element math of norm_act.cpp, AVX2 (8 lanes) and scalar, both
-// bit-exact with graphfuse/ops/norm_act_ref.py. Every step is one IEEE fp32 operation; the
-// file that includes this header turns off multiply-add contraction before including it.
+// norm_act_simd.h: the element math of norm_act.cpp, AVX2 (8 lanes), AVX-512 (16 lanes, the
+// activation only) and scalar, all bit-exact with graphfuse/ops/norm_act_ref.py. Every step
+// is one IEEE fp32 operation; the file that includes this header turns off multiply-add
+// contraction before including it.
 //
 //   RoundTo {kF32, kBF16, kF16}; round_to(v, to)   v rounded (rne) to a dtype, back as fp32
 //   exp_ref(v)                                     norm_act_ref.exp_ref
