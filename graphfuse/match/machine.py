@@ -169,6 +169,20 @@ class Call:
         return _choose(st, choices, _orders(plan, args, value, st, goals))
 
 
+    def rejects(self, node: fx.Node) -> bool:
+        """Whether ``node`` fails this call before anything is bound: another target, or
+        an argument (read as the node spells it) that cannot start its pattern."""
+        target = node.target
+        hit = self.plans.get(id(target))
+        plan = hit[1] if hit is not None and hit[0] is target else self.plan(target)
+        if plan is None:
+            return True
+        args = node.args
+        if plan.swapped is not None or not plan.direct or len(args) < plan.need:
+            return False
+        return _push(plan.items, plan.starts, args, node, _UNTRACED, None) is FAIL
+
+
 def _orders(plan: _Plan, args: Any, node: fx.Node, st: State, goals: Goals) -> Iterator[Goals]:
     """A commutative call's two argument orders: as written, then swapped."""
     for items, starts in ((plan.items, plan.starts), plan.swapped):
@@ -381,6 +395,16 @@ def compiled(pat: P.Pattern) -> Any:
         raise TypeError(f"not a pattern: {pat!r}")
     _COMPILED[id(pat)] = (matcher, pat)
     return matcher
+
+
+_UNTRACED = State()  # (only its tracer is read)
+
+
+def rejects_at_once(pattern: P.Pattern, node: fx.Node) -> bool:
+    """Whether a rule whose first pattern is ``pattern`` cannot match at ``node``, seen
+    without starting a search (its root call's target and arguments' first ops)."""
+    matcher = compiled(pattern)
+    return isinstance(matcher, Call) and matcher.rejects(node)
 
 
 def rule_goals(patterns: tuple[P.Pattern, ...], node: fx.Node, st: State) -> Goals:

@@ -13,7 +13,7 @@ from torch import fx
 
 from ..fxnodes import is_metadata_assert
 from .failure import Failure
-from .machine import rule_goals, solutions
+from .machine import rejects_at_once, rule_goals, solutions
 from .result import Match
 from .state import State, Tracer
 
@@ -50,6 +50,8 @@ def match_rule(
         :class:`Match`; else the first escape or check failure; else None (the structure
         did not match; the tracer, if given, holds the deepest failure).
     """
+    if tracer is None and rejects_at_once(rule.patterns[0], node):
+        return None
     st = State(tracer, norm)
     first_failure: Failure | None = None
     for _ in solutions(rule_goals(rule.patterns, node, st), st):

@@ -12,6 +12,8 @@ Safety, all local to the match:
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,9 +27,8 @@ from .builder import Builder
 from .edits import erase
 from .fake import FakePropagator
 
-
-def _position(node: fx.Node) -> Any:
-    return node._sort_key  # fx keeps every node's position in the graph as a sort key
+# a node's position: fx keeps every node's place in the graph as a sort key
+_position: Callable[[fx.Node], Any] = operator.attrgetter("_sort_key")
 
 
 def apply_match(
