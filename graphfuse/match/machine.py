@@ -270,17 +270,20 @@ class Alt:
         self.branches = tuple((tag, compiled(b), _first_ids(b)) for tag, b in pat.branches)
         self.viable: dict[int, tuple[Any, tuple]] = {}  # id(target) -> (target, branches)
 
-    def _viable(self, value: Any) -> tuple:
-        """The branches whose first op may be ``value``'s (cached per target)."""
-        t = value.target if is_call(value) else None
-        hit = self.viable.get(id(t))
-        if hit is None or hit[0] is not t:
-            kept = tuple(b for b in self.branches if may_start(b[2], value))
-            hit = self.viable[id(t)] = (t, kept)
-        return hit[1]
+    def _viable(self, target: Any, value: Any) -> tuple:
+        """The branches whose first op may be ``value``'s (``target``: its target, None
+        where it is no call), cached per target."""
+        kept = tuple(b for b in self.branches if may_start(b[2], value))
+        self.viable[id(target)] = (target, kept)
+        return kept
 
     def step(self, value: Any, where: Any, st: State, goals: Goals, choices: list) -> Goals:
-        branches = self.branches if st.tracer is not None else self._viable(value)
+        if st.tracer is not None:
+            branches = self.branches
+        else:
+            t = value.target if is_call(value) else None
+            hit = self.viable.get(id(t))
+            branches = hit[1] if hit is not None and hit[0] is t else self._viable(t, value)
         if len(branches) == 1:  # one way: no choice point, the branch's step at once
             tag, matcher, _ = branches[0]
             if self.name is not None:
@@ -309,14 +312,14 @@ class Maybe:
 
     def _links(self, node: Any) -> bool:
         """Whether the chain passes through ``node``."""
-        if not is_call(node) or not node.args:
+        if not is_call(node):
             return False
         t = node.target
         hit = self.links.get(id(t))
         if hit is None or hit[0] is not t:
             ok = id(t) in self.ids or id(getattr(t, "overloadpacket", None)) in self.ids
             hit = self.links[id(t)] = (t, ok)
-        return hit[1] and (self.where is None or bool(self.where(node)))
+        return hit[1] and bool(node.args) and (self.where is None or bool(self.where(node)))
 
     def step(self, value: Any, where: Any, st: State, goals: Goals, choices: list) -> Goals:
         if not self._links(value):  # one way: the inner pattern's step at once

@@ -7,7 +7,8 @@ list, the graph's length, the name table, the op index behind ``find_nodes``, ev
 node's ``users``.
 
 They reach into fx's own bookkeeping (``Graph._insert``, ``Graph._find_nodes_lookup_table``,
-``Graph._graph_namespace``, ``Node._remove_from_list``), checked once at import. Where that
+``Graph._graph_namespace``, ``Node._remove_from_list``, ``Node._input_nodes``), checked
+once at import. Where that
 differs (another torch), where the owning module has node hooks, or with
 ``GRAPHFUSE_FX_EDITS=api`` in the environment, they call fx's public methods instead:
 the graph comes out the same (``tests/rewrite/test_edits.py`` checks both ways).
@@ -24,6 +25,7 @@ from torch import fx
 
 def _has_internals() -> bool:
     g = fx.Graph()
+    node = g.placeholder("x")
     table = getattr(g, "_find_nodes_lookup_table", None)
     namespace = getattr(g, "_graph_namespace", None)
     return (
@@ -35,6 +37,7 @@ def _has_internals() -> bool:
         and hasattr(namespace, "create_name")
         and hasattr(namespace, "associate_name_with_obj")
         and hasattr(fx.Node, "_remove_from_list")
+        and isinstance(getattr(node, "_input_nodes", None), dict)
     )
 
 
@@ -73,8 +76,9 @@ def add_call(graph: fx.Graph, target: Any, args: tuple, kwargs: dict) -> fx.Node
 
 def erase(graph: fx.Graph, nodes: Iterable[fx.Node]) -> None:
     """Erase ``nodes``, given users first (each node's users must be erased before it:
-    in a topologically ordered graph, latest first), as ``graph.erase_node`` does (but an
-    erased node's arguments are left empty rather than each set to None)."""
+    in a topologically ordered graph, latest first), as ``graph.erase_node`` does, but
+    an erased node keeps its arguments (fx sets each to None): it is only taken off its
+    inputs' users, which allocates nothing."""
     if not _direct(graph):
         for node in nodes:
             graph.erase_node(node)
@@ -90,6 +94,7 @@ def erase(graph: fx.Graph, nodes: Iterable[fx.Node]) -> None:
         table[(op, node.target) if op == "call_function" else (op, None)].pop(node)
         node._remove_from_list()
         setattr_(node, "_erased", True)
-        node._update_args_kwargs((), {})  # off its inputs' users
+        for inp in node._input_nodes:  # off its inputs' users (its own arguments stay)
+            del inp.users[node]
         erased += 1
     graph._len -= erased
