@@ -168,7 +168,6 @@ class Call:
             return _push(plan.items, plan.starts, args, value, st, goals)
         return _choose(st, choices, _orders(plan, args, value, st, goals))
 
-
     def rejects(self, node: fx.Node) -> bool:
         """Whether ``node`` fails this call before anything is bound: another target, or
         an argument (read as the node spells it) that cannot start its pattern."""
@@ -180,7 +179,7 @@ class Call:
         args = node.args
         if plan.swapped is not None or not plan.direct or len(args) < plan.need:
             return False
-        return _push(plan.items, plan.starts, args, node, _UNTRACED, None) is FAIL
+        return not _can_start(plan.starts, args)
 
 
 def _orders(plan: _Plan, args: Any, node: fx.Node, st: State, goals: Goals) -> Iterator[Goals]:
@@ -191,18 +190,25 @@ def _orders(plan: _Plan, args: Any, node: fx.Node, st: State, goals: Goals) -> I
             yield pushed
 
 
+def _can_start(starts: tuple, args: Any) -> bool:
+    """Whether every argument whose pattern starts with a call (``starts``: schema index,
+    first set) is a call of one of the ops that pattern can start with."""
+    for idx, first in starts:
+        arg = args[idx]
+        if not (isinstance(arg, fx.Node) and arg.op == "call_function"):
+            return False
+        t = arg.target
+        if id(t) not in first and id(getattr(t, "overloadpacket", None)) not in first:
+            return False
+    return True
+
+
 def _push(items: tuple, starts: tuple, args: Any, node: fx.Node, st: State, goals: Goals) -> Goals:
     """One goal per argument pattern (``items``, last first), first argument first.
     Untraced, an argument whose op cannot be what its pattern starts with (``starts``)
     fails the call before any is matched."""
-    if st.tracer is None:
-        for idx, first in starts:
-            arg = args[idx]
-            if not (isinstance(arg, fx.Node) and arg.op == "call_function"):
-                return FAIL
-            t = arg.target
-            if id(t) not in first and id(getattr(t, "overloadpacket", None)) not in first:
-                return FAIL
+    if st.tracer is None and not _can_start(starts, args):
+        return FAIL
     for idx, matcher in items:
         goals = (matcher, args[idx], (node, idx), goals)
     return goals
@@ -398,9 +404,6 @@ def compiled(pat: P.Pattern) -> Any:
         raise TypeError(f"not a pattern: {pat!r}")
     _COMPILED[id(pat)] = (matcher, pat)
     return matcher
-
-
-_UNTRACED = State()  # (only its tracer is read)
 
 
 def rejects_at_once(pattern: P.Pattern, node: fx.Node) -> bool:
