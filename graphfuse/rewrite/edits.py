@@ -84,14 +84,21 @@ def erase(graph: fx.Graph, nodes: Iterable[fx.Node]) -> None:
             graph.erase_node(node)
         return
     table = graph._find_nodes_lookup_table.table
+    by_target: dict[int, dict] = {}  # id(target) -> its call nodes in the op index
     setattr_ = object.__setattr__
     erased = 0
     for node in nodes:
         if node.users or node.graph is not graph or node._erased:
             graph.erase_node(node)  # fx's own error (or warning)
             continue
-        op = node.op
-        table[(op, node.target) if op == "call_function" else (op, None)].pop(node)
+        if node.op == "call_function":
+            t = node.target
+            bucket = by_target.get(id(t))
+            if bucket is None:
+                bucket = by_target[id(t)] = table[("call_function", t)]
+            bucket.pop(node)
+        else:
+            table[(node.op, None)].pop(node)
         node._remove_from_list()
         setattr_(node, "_erased", True)
         for inp in node._input_nodes:  # off its inputs' users (its own arguments stay)
