@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -304,28 +305,81 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm_quant_nvfp4(
 // ---------------------------------------------------------------------------------------
 // activation(gate) * up
 
-template <typename T, typename Out>
-void act_row(const T* gate, const T* up, int64_t K, bool gelu, const Out& out, int64_t m) {
+// z[j] = round(round(act(gate[j])) * up[j]) for j < n, the activation computed with the exact
+// exp (16 AVX-512 lanes where usable, else 8 AVX2 lanes, then scalar).
+template <typename T>
+void act_and_mul_exact(const T* gate, const T* up, int64_t n, bool gelu, float* z) {
   constexpr RoundTo to = std::is_same_v<T, c10::BFloat16> ? RoundTo::kBF16
                          : std::is_same_v<T, c10::Half>   ? RoundTo::kF16
                                                           : RoundTo::kF32;
+  int64_t j = 0;
 #ifdef GRAPHFUSE_AVX2
-  const bool wide = normact::avx512_usable();
+  if (normact::avx512_usable()) j = normact::avx512::act_and_mul(gate, up, n, gelu, to, z);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 a = normact::round_to(normact::act_ref(simd::load8(gate + j), gelu), to);
+    _mm256_storeu_ps(z + j, normact::round_to(_mm256_mul_ps(a, simd::load8(up + j)), to));
+  }
 #endif
+  for (; j < n; ++j) {
+    const float a = normact::round_to(normact::act_ref(static_cast<float>(gate[j]), gelu), to);
+    z[j] = normact::round_to(a * static_cast<float>(up[j]), to);
+  }
+}
+
+// For a bf16 or fp16 gate, round(act(gate)) to the gate's dtype is a function of the gate's 16
+// bits. The table holds it, as the bits of a T, for all 65536 patterns (NaN, inf and subnormal
+// ones included), computed by act_and_mul_exact with up = 1 (a product that is exact), so a
+// lookup gives the exact path's value. One table per (T, activation), built on first use.
+constexpr int64_t kTableSize = 65536;
+
+template <typename T>
+std::unique_ptr<uint16_t[]> build_act_table(bool gelu) {
+  auto table = std::make_unique<uint16_t[]>(kTableSize);
+  T gate[kBlock], one[kBlock];
+  alignas(64) float a[kBlock];
+  std::fill(one, one + kBlock, T(1.0f));
+  for (int64_t b0 = 0; b0 < kTableSize; b0 += kBlock) {
+    for (int64_t j = 0; j < kBlock; ++j) gate[j] = T(static_cast<uint16_t>(b0 + j), T::from_bits());
+    act_and_mul_exact(gate, one, kBlock, gelu, a);
+    for (int64_t j = 0; j < kBlock; ++j) table[b0 + j] = T(a[j]).x;
+  }
+  return table;
+}
+
+template <typename T, bool Gelu>
+const uint16_t* act_table() {
+  static const std::unique_ptr<uint16_t[]> table = build_act_table<T>(Gelu);  // thread-safe init
+  return table.get();
+}
+
+// z[j] = round(table[gate[j]] * up[j]) for j < n.
+template <typename T>
+void act_and_mul_table(const T* gate, const T* up, int64_t n, const uint16_t* table, float* z) {
+  constexpr RoundTo to = std::is_same_v<T, c10::BFloat16> ? RoundTo::kBF16 : RoundTo::kF16;
+  alignas(64) T a[kBlock];  // the rounded activations, looked up one by one
+  for (int64_t j = 0; j < n; ++j) a[j] = T(table[gate[j].x], T::from_bits());
+  int64_t j = 0;
+#ifdef GRAPHFUSE_AVX2
+  for (; j + 8 <= n; j += 8) {
+    const __m256 p = _mm256_mul_ps(simd::load8(a + j), simd::load8(up + j));
+    _mm256_storeu_ps(z + j, normact::round_to(p, to));
+  }
+#endif
+  for (; j < n; ++j) {
+    z[j] = normact::round_to(static_cast<float>(a[j]) * static_cast<float>(up[j]), to);
+  }
+}
+
+template <typename T, typename Out>
+void act_row(const T* gate, const T* up, int64_t K, bool gelu, const uint16_t* table,
+             const Out& out, int64_t m) {
   alignas(64) float z[kBlock];
   for (int64_t c0 = 0; c0 < K; c0 += kBlock) {
     const int64_t n = std::min(kBlock, K - c0);
-    int64_t j = 0;
-#ifdef GRAPHFUSE_AVX2
-    if (wide) j = normact::avx512::act_and_mul(gate + c0, up + c0, n, gelu, to, z);
-    for (; j + 8 <= n; j += 8) {
-      const __m256 a = normact::round_to(normact::act_ref(simd::load8(gate + c0 + j), gelu), to);
-      _mm256_store_ps(z + j, normact::round_to(_mm256_mul_ps(a, simd::load8(up + c0 + j)), to));
-    }
-#endif
-    for (; j < n; ++j) {
-      const float a = normact::round_to(normact::act_ref(static_cast<float>(gate[c0 + j]), gelu), to);
-      z[j] = normact::round_to(a * static_cast<float>(up[c0 + j]), to);
+    if constexpr (std::is_same_v<T, float>) {
+      act_and_mul_exact(gate + c0, up + c0, n, gelu, z);
+    } else {
+      act_and_mul_table(gate + c0, up + c0, n, table, z);
     }
     out.put(m, c0, z, n);
   }
@@ -358,8 +412,14 @@ void act_rows(const ActCall& c, const Out& out) {
     const T* gp = c.g2.const_data_ptr<T>();
     const T* up = c.u2.const_data_ptr<T>();
     const int64_t gs = c.g2.stride(0), us = c.u2.stride(0);
+    const uint16_t* table = nullptr;
+    if constexpr (!std::is_same_v<T, float>) {
+      table = c.gelu ? act_table<T, true>() : act_table<T, false>();
+    }
     at::parallel_for(0, M, grain_rows(K), [&](int64_t begin, int64_t end) {
-      for (int64_t m = begin; m < end; ++m) act_row<T>(gp + m * gs, up + m * us, K, c.gelu, out, m);
+      for (int64_t m = begin; m < end; ++m) {
+        act_row<T>(gp + m * gs, up + m * us, K, c.gelu, table, out, m);
+      }
     });
   });
 }

@@ -174,6 +174,29 @@ def test_exp_and_activations_over_the_fp32_range() -> None:
             )
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_act_over_every_16bit_gate(dtype: torch.dtype) -> None:
+    """Every bf16 / fp16 bit pattern as gate (NaNs, infs, subnormals included), the path whose
+    activation is a table lookup: with random up and with up = 1 (the activation alone), FP8
+    at two scales and NVFP4, silu and gelu_tanh."""
+    gen = torch.Generator().manual_seed(SEED + 500)
+    gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+    gate = gate.reshape(256, 256)
+    g = torch.tensor(700.0)
+    for up in (torch.randn(256, 256, generator=gen).to(dtype), torch.ones(256, 256, dtype=dtype)):
+        for activation in ("silu", "gelu_tanh"):
+            for s in (0.01, 1e-30):
+                scale = torch.tensor(s)
+                assert_same(
+                    OPS.act_and_mul_quant_fp8(gate, up, scale, activation),
+                    R.act_and_mul_quant_fp8_ref(gate, up, scale, activation),
+                )
+            assert_same(
+                OPS.act_and_mul_quant_nvfp4(gate, up, g, activation, False),
+                R.act_and_mul_quant_nvfp4_ref(gate, up, g, activation, False),
+            )
+
+
 @pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() != "AVX512" or "ATEN_CPU_CAPABILITY" in os.environ,
     reason="the activation's AVX-512 path is not used here",
@@ -181,7 +204,9 @@ def test_exp_and_activations_over_the_fp32_range() -> None:
 def test_act_avx2_path_where_avx512_is_used() -> None:
     """The act tests with torch's CPU capability lowered to AVX2: the 8-lane activation."""
     env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", GRAPHFUSE_TEST_SEED=str(SEED))
-    tests = "act_and_mul_quant_bit_exact or exp_and_activations or strided_and_merged"
+    tests = (
+        "act_and_mul_quant_bit_exact or exp_and_activations or every_16bit or strided_and_merged"
+    )
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", tests]
     out = subprocess.run(
         [*cmd, __file__],
