@@ -8,31 +8,25 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given
 from torch import fx
 
 import graphfuse
-from graphfuse import Rule, RuleSet
+from graphfuse import Rule
 from graphfuse import dsl as P
 from graphfuse.match import Failure, Match, Tracer, match_rule
 from graphfuse.match.explain import Located, PathTracer, explain_candidate
 from graphfuse.match.machine import rule_goals, solutions
 from graphfuse.match.state import State
-from tests.fuzz._programs import SAMPLE_STEPS, RandomProgram, example_inputs
 from tests.match._models import candidates
-from tests.match._random_patterns import rooted
+from tests.match._random_patterns import FUZZ, rule_sets, sample_graphs
 
 aten = torch.ops.aten
 
 
 @pytest.fixture(scope="module")
 def graphs() -> list[fx.Graph]:
-    out = []
-    for steps in SAMPLE_STEPS[:2]:
-        ep = torch.export.export(RandomProgram(steps), example_inputs(0))
-        out += [ep.graph_module.graph, ep.run_decompositions().graph_module.graph]
-    return out
+    return sample_graphs()
 
 
 def _place(patterns: tuple, key: tuple) -> P.Pattern:
@@ -125,15 +119,9 @@ def test_bundled_rules_on_real_programs(graphs) -> None:
     assert seen.count("match") >= 4 and seen.count("structure") >= 4
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(pats=st.lists(rooted(), min_size=1, max_size=3))
-def test_random_rules(graphs, pats) -> None:
-    rules = RuleSet("random", [Rule(f"r{i}", p, lambda m, b: m.root) for i, p in enumerate(pats)])
+@FUZZ
+@given(rules=rule_sets())
+def test_random_rules(graphs, rules) -> None:
     for graph in graphs:
         for rule, node in candidates(rules, graph):
             _agree(rule, node)

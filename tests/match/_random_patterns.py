@@ -1,15 +1,20 @@
 """Random patterns for rules (hypothesis strategies): calls of common aten ops over
 captures, literals, wildcards, typed captures, alternatives, maybe chains and commutative
-calls, two levels deep under a root call."""
+calls, two levels deep under a root call; rule sets of them, the fuzz settings, and the
+sample programs they run on."""
 
 from __future__ import annotations
 
 import operator
 
 import torch
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from torch import fx
 
+from graphfuse import Rule, RuleSet
 from graphfuse import dsl as P
+from tests.fuzz._programs import SAMPLE_STEPS, RandomProgram, example_inputs
 
 aten = torch.ops.aten
 OPS = [
@@ -67,3 +72,30 @@ def rooted() -> st.SearchStrategy:
     return st.builds(
         lambda t, args: P.op(t, *args), st.sampled_from(OPS), st.lists(_patterns(2), max_size=3)
     )
+
+
+def rule_sets() -> st.SearchStrategy:
+    """Rule sets of one to three random rooted rules, each rewriting to its root."""
+    return st.lists(rooted(), min_size=1, max_size=3).map(
+        lambda pats: RuleSet(
+            "random", [Rule(f"r{i}", p, lambda m, b: m.root) for i, p in enumerate(pats)]
+        )
+    )
+
+
+# the settings of the random-rule tests: seeded, a fixed number of examples, no deadline
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def sample_graphs() -> list[fx.Graph]:
+    """Two sample random programs, each exported pre-dispatch and in core ATen."""
+    out = []
+    for steps in SAMPLE_STEPS[:2]:
+        ep = torch.export.export(RandomProgram(steps), example_inputs(0))
+        out += [ep.graph_module.graph, ep.run_decompositions().graph_module.graph]
+    return out

@@ -8,28 +8,19 @@ match)."""
 from __future__ import annotations
 
 import pytest
-import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given
 
 import graphfuse
-from graphfuse import Rule, RuleSet
-from tests.fuzz._programs import SAMPLE_STEPS, RandomProgram, example_inputs
+from graphfuse import RuleSet
 
 from ._models import candidates
 from ._outcomes import both
-from ._random_patterns import rooted
-
-STEPS = SAMPLE_STEPS[:2]
+from ._random_patterns import FUZZ, rule_sets, sample_graphs
 
 
 @pytest.fixture(scope="module")
 def graphs():
-    out = []
-    for steps in STEPS:
-        ep = torch.export.export(RandomProgram(steps), example_inputs(0))
-        out += [ep.graph_module.graph, ep.run_decompositions().graph_module.graph]
-    return out
+    return sample_graphs()
 
 
 def _compare(graphs: list, rules: RuleSet) -> int:
@@ -46,13 +37,7 @@ def test_bundled_rules_agree_on_real_programs(graphs) -> None:
     assert _compare(graphs, rules) >= 4  # the eligible attention blocks matched
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(pats=st.lists(rooted(), min_size=1, max_size=3))
-def test_random_rules_agree(graphs, pats) -> None:
-    rules = RuleSet("random", [Rule(f"r{i}", p, lambda m, b: m.root) for i, p in enumerate(pats)])
+@FUZZ
+@given(rules=rule_sets())
+def test_random_rules_agree(graphs, rules) -> None:
     _compare(graphs, rules)
