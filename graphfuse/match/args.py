@@ -16,16 +16,14 @@ from torch import fx
 
 _DIM_NAMES = frozenset({"dim", "dims", "dim0", "dim1", "start_dim", "end_dim", "source"})
 _DIM_TYPES = ("int", "Optional[int]", "List[int]", "Optional[List[int]]")
-NO_DEFAULT = object()
 
 
 class ArgSpec(NamedTuple):
     """The argument names of a target, their defaults, and which ones are dims."""
 
     names: tuple[str, ...]
-    defaults: tuple[Any, ...]  # NO_DEFAULT where the schema has none
+    defaults: tuple[Any, ...]  # None where the schema has none
     dim_args: frozenset[int]
-    filled: tuple[Any, ...]  # the defaults, None where the schema has none
     index: dict[str, int]  # name -> position
 
 
@@ -46,12 +44,11 @@ def _make_spec(target: Any) -> ArgSpec | None:
     names, defaults, dims = [], [], set()
     for i, a in enumerate(target._schema.arguments):
         names.append(a.name)
-        defaults.append(a.default_value if a.has_default_value() else NO_DEFAULT)
+        defaults.append(a.default_value if a.has_default_value() else None)
         if a.name in _DIM_NAMES and str(a.type).startswith(_DIM_TYPES):
             dims.add(i)
-    filled = tuple(None if d is NO_DEFAULT else d for d in defaults)
     index = {name: i for i, name in enumerate(names)}
-    return ArgSpec(tuple(names), tuple(defaults), frozenset(dims), filled, index)
+    return ArgSpec(tuple(names), tuple(defaults), frozenset(dims), index)
 
 
 def arg_index(target: Any, name: str) -> int | None:
@@ -94,7 +91,7 @@ def normalize(node: fx.Node) -> list[Any]:
     if spec is None:
         return list(args)
     out = list(args)
-    out += spec.filled[len(args) :]
+    out += spec.defaults[len(args) :]
     for k, v in node.kwargs.items():
         i = spec.index.get(k)
         if i is not None:

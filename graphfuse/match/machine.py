@@ -171,9 +171,7 @@ class Call:
     def rejects(self, node: fx.Node) -> bool:
         """Whether ``node`` fails this call before anything is bound: another target, or
         an argument (read as the node spells it) that cannot start its pattern."""
-        target = node.target
-        hit = self.plans.get(id(target))
-        plan = hit[1] if hit is not None and hit[0] is target else self.plan(target)
+        plan = self.plan(node.target)
         if plan is None:
             return True
         args = node.args

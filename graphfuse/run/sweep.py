@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from torch import fx
@@ -46,12 +47,8 @@ def level_candidates(rules: RuleSet, graph: fx.Graph, priority: int) -> list[tup
         if (level := [r for r in by_target if r.priority == priority])
         for node in graph.find_nodes(op="call_function", target=target, sort=False)
     ]
-    at_nodes.sort(key=_first)
+    at_nodes.sort(key=itemgetter(0))
     return [(rule, node) for _, node, level in at_nodes for rule in level]
-
-
-def _first(item: tuple) -> Any:
-    return item[0]
 
 
 def _count(rules: RuleSet, graph: fx.Graph) -> int:
@@ -147,7 +144,6 @@ class _Run:
         self.norm: dict[fx.Node, Any] = {}  # normalized arguments, valid while a node is unedited
         # per rule: candidates, seconds matching, rejects, seconds rewriting
         self.stats = {rule: [0, 0.0, 0, 0.0] for rule in rules}
-        self.iteration = 0
         self.start_sweep(0)
 
     def start_sweep(self, iteration: int) -> None:
