@@ -3,9 +3,12 @@
 One script, one call: measures the machine's ceilings (copy bandwidth, bf16 GEMM), then every
 §3 row side by side in one process (interleaved rounds, medians; decode CUDA-graph timed with
 inputs rotated past L2), with the numerics of every fused row checked against the fp32
-reference in the same run. Writes ``benchmarks/results/attention_gpu.json`` (or ``--json``).
+reference in the same run. Where FlashInfer can be imported (``benchmarks/flashinfer_peer``),
+every row also times the peer on the same inputs: XQA and the tensor-core paged decode (FP8
+and bf16 KV), FA3 prefill (bf16 and FP8 q/k/v), bf16 out, with their error against the same
+reference. Writes ``benchmarks/results/attention_gpu.json`` (or ``--json``).
 
-    python -m benchmarks.attention_gpu [--json PATH] [--sweep] [--only decode|prefill]
+    python -m benchmarks.attention_gpu [--json PATH] [--sweep] [--only decode|prefill] [--no-peer]
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 import graphfuse  # noqa: F401
-from benchmarks.common import result_path, write_json
+from benchmarks import flashinfer_peer as peer
+from benchmarks.common import print_table, result_path, write_json
 from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.paged_ref import paged_decode_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
@@ -98,6 +102,12 @@ def interleaved(timers: dict) -> dict:
     return {k: statistics.median(v) for k, v in res.items()}
 
 
+def rel_rms(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| over all elements (out reshaped to ref's shape)."""
+    err = out.float().reshape(ref.shape) - ref
+    return (err.norm() / ref.norm()).item()
+
+
 def bench_fn(fn):
     return lambda: do_bench(fn, warmup=25, rep=100, return_mode="median")
 
@@ -155,7 +165,7 @@ def _paged_set(b, hq, hkv, ctx, d, kv_dtype, gen_seed):
     return q, cache, tables, lens, ks, ks
 
 
-def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool) -> dict:
+def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool, with_peer: bool) -> dict:
     kv_bytes_fp8 = 2 * b * hkv * ctx * d
     n_fp8 = max(1, min(16, math.ceil(L2_ROTATE_BYTES / kv_bytes_fp8)))
     n_bf = max(1, min(16, math.ceil(L2_ROTATE_BYTES / (2 * kv_bytes_fp8))))
@@ -203,7 +213,6 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool) -> dict:
     w2 = wide.reshape(b, hq * d)
     rp, rs = nvfp4_quant_ref(w2, g, swizzle=True)
     st4 = nvfp4_stats(pk, sf, rp, rs, w2, g)
-    del wide
     # baseline: bf16 dense KV, SDPA (best backend) + compiled FP8 quant
     bsets = []
     for i in range(n_bf):
@@ -220,15 +229,40 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool) -> dict:
     def base_calls(with_quant: bool):
         return [(lambda sd=sd: quant(sd(), s_b)) if with_quant else sd for sd in sdpas]
 
+    # bf16 paged KV, FP8 out (the kernel's own configuration for that cache)
+    bf_sets = [_paged_set(b, hq, hkv, ctx, d, torch.bfloat16, 50 + i) for i in range(n_bf)]
+    fused_bf16kv = [
+        (lambda st=st: paged_into(*st[:4], None, None, None, None, o8, 1, s_o)) for st in bf_sets
+    ]
     timers = {
         "fused_fp8": GraphTimer(fused(1, best)),
         "fused_nvfp4": GraphTimer(fused(2, best)),
+        "fused_fp8_bf16kv": GraphTimer(fused_bf16kv),
         "sdpa_quant": GraphTimer(base_calls(True)),
         "sdpa": GraphTimer(base_calls(False)),
     }
+    peer_numerics = {}
+    if with_peer:
+        builders = {
+            "flashinfer_xqa": lambda st: peer.decode_xqa(*st[:4], 1 / 64.0, 1 / 64.0),
+            "flashinfer_tc": lambda st: peer.decode_paged(*st[:4], 1 / 64.0, 1 / 64.0),
+        }
+        for name, build in builders.items():
+            try:
+                calls = [build(st) for st in sets]
+                timers[name] = GraphTimer([c for c, _ in calls])
+                calls[0][0]()
+                peer_numerics[name] = rel_rms(calls[0][1], wide)
+            except Exception as exc:  # a peer kernel that fails is reported, not fatal
+                print(f"{name} B={b} failed: {exc!r}"[:300])
+        try:
+            calls = [peer.decode_paged(*st[:4], None, None) for st in bf_sets]
+            timers["flashinfer_tc_bf16kv"] = GraphTimer([c for c, _ in calls])
+        except Exception as exc:
+            print(f"flashinfer_tc_bf16kv B={b} failed: {exc!r}"[:300])
     t = interleaved(timers)
     floor_ms = kv_bytes_fp8 / (ceil["copy_TBps"] * 1e12) * 1e3
-    return {
+    row = {
         "row": f"decode B={b} ctx={ctx} {hq}/{hkv} heads, paged FP8 KV (block 16)",
         "sdpa_backend": sname,
         "config": decode_config(True, b, hkv, ctx, best),
@@ -239,16 +273,24 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool) -> dict:
         "ratio_nvfp4_vs_sdpa_quant": t["sdpa_quant"] / t["fused_nvfp4"],
         "nvfp4_over_fp8": t["fused_nvfp4"] / t["fused_fp8"],
         "kv_TBps": kv_bytes_fp8 / (t["fused_fp8"] * 1e-3) / 1e12,
+        "kv_TBps_bf16kv": 2 * kv_bytes_fp8 / (t["fused_fp8_bf16kv"] * 1e-3) / 1e12,
         "fraction_of_copy_bw": floor_ms / t["fused_fp8"],
         "numerics": {"fp8": st8, "nvfp4": st4},
     }
+    fi_fp8 = [t[k] for k in ("flashinfer_xqa", "flashinfer_tc") if k in t]
+    if fi_fp8:
+        row["flashinfer"] = {"version": peer.version(), "rel_rms_bf16_out": peer_numerics}
+        row["vs_flashinfer_fp8kv"] = min(fi_fp8) / t["fused_fp8"]
+    if "flashinfer_tc_bf16kv" in t:
+        row["vs_flashinfer_bf16kv"] = t["flashinfer_tc_bf16kv"] / t["fused_fp8_bf16kv"]
+    return row
 
 
 # ---------------------------------------------------------------------------------------
 # prefill
 
 
-def prefill_rows(b, hq, hkv, s, d, ceil: dict, sweep: bool) -> list[dict]:
+def prefill_rows(b, hq, hkv, s, d, ceil: dict, sweep: bool, with_peer: bool) -> list[dict]:
     gen = torch.Generator(device=DEV).manual_seed(0)
     flops = 4 * b * hq * s * s * d / 2  # causal
     qf = torch.randn((b, hq, s, d), device=DEV, generator=gen)
@@ -331,6 +373,21 @@ def prefill_rows(b, hq, hkv, s, d, ceil: dict, sweep: bool) -> list[dict]:
     timers = {name: bench_fn(call(name, best[name])) for name in variants}
     timers["sdpa_quant"] = bench_fn(lambda: quant(sdpa(), s_b))
     timers["sdpa"] = bench_fn(sdpa)
+    peer_numerics, peer_of = {}, {}
+    if with_peer:  # FA3, bf16 out, on the same q/k/v (token-major copies made once)
+        for name, args, fa3_args in (
+            ("flashinfer_fa3_fp8", fp8_args, (q8, k8, v8, 1 / 64.0)),
+            ("flashinfer_fa3_bf16", bf_args, (qb, kb, vb, None)),
+        ):
+            try:
+                run, out = peer.prefill_fa3(*fa3_args)
+                run()
+                peer_numerics[name] = rel_rms(out, attention_fp32(*args, "default"))
+                timers[name] = bench_fn(run)
+                peer_of[args[0].dtype] = name
+            except Exception as exc:  # a peer kernel that fails is reported, not fatal
+                print(f"{name} failed: {exc!r}"[:300])
+            torch.cuda.empty_cache()
     t = interleaved(timers)
     tf = {k: flops / (v * 1e-3) / 1e12 for k, v in t.items()}
     head = f"prefill B={b} S={s} causal {hq}/{hkv} heads"
@@ -384,6 +441,15 @@ def prefill_rows(b, hq, hkv, s, d, ceil: dict, sweep: bool) -> list[dict]:
             config_sweep_ms=sweep_ms[r["fused"]],
         )
         r["met"] = r["ratio"] >= r["target"]
+        fi = peer_of.get(variants[r["fused"]][0][0].dtype)
+        if fi:
+            r.update(
+                flashinfer=fi,
+                flashinfer_ms=t[fi],
+                flashinfer_TFLOPs=tf[fi],
+                flashinfer_rel_rms=peer_numerics[fi],
+                vs_flashinfer=t[fi] / r["ms"],
+            )
     rows.append(
         {
             "row": f"{head}, FP8 q/k/v, NVFP4 out vs FP8 out (default)",
@@ -414,17 +480,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=result_path("attention_gpu"))
     ap.add_argument("--sweep", action="store_true", help="sweep kernel configs first")
     ap.add_argument("--only", choices=["decode", "prefill"], default=None)
+    ap.add_argument("--no-peer", action="store_true", help="leave out the FlashInfer columns")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
+    fi_version = None if args.no_peer else peer.version()
     ceil = ceilings()
     print(
         f"ceilings: copy {ceil['copy_TBps']:.2f} TB/s, bf16 GEMM "
-        f"{ceil['bf16_gemm_TFLOPs']:.0f} TFLOP/s",
+        f"{ceil['bf16_gemm_TFLOPs']:.0f} TFLOP/s; FlashInfer {fi_version or 'not measured'}",
         flush=True,
     )
     rows: list[dict] = []
     result = {
         "triton": __import__("triton").__version__,
+        "flashinfer": fi_version,
         "ceilings": ceil,
         "rows": rows,
     }
@@ -435,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             (8, 32, 8, 1024, 128),
             (1, 32, 8, 1024, 128),
         ):
-            r = decode_row(*shape, ceil, args.sweep)
+            r = decode_row(*shape, ceil, args.sweep, fi_version is not None)
             r["target"] = 1.3 if shape[0] == 64 else (1.0 if shape[0] <= 8 else None)
             r["met"] = None if r["target"] is None else r["ratio_fp8_vs_sdpa_quant"] >= r["target"]
             rows.append(r)
@@ -448,38 +517,82 @@ def main(argv: list[str] | None = None) -> int:
             )
             torch.cuda.empty_cache()
     if args.only in (None, "prefill"):
-        rows += prefill_rows(4, 32, 8, 4096, 128, ceil, args.sweep)
+        rows += prefill_rows(4, 32, 8, 4096, 128, ceil, args.sweep, fi_version is not None)
     write_json(args.json, result, gpu=True)
-    print(f"\n{'row':<72} {'fused ms':>9} {'base ms':>9} {'ratio':>6} {'target':>6}")
-    headline = None
+    print_rows(rows)
+    return 0
+
+
+def print_rows(rows: list[dict]) -> None:
+    """The run's table: fused time, baseline time and ratio with its target, and FlashInfer's
+    time with the ratio FlashInfer / fused (above 1: graphfuse is faster)."""
+    table = []
     for r in rows:
         if "ratio_fp8_vs_sdpa_quant" in r:
-            print(
-                f"{r['row']:<72} {r['ms']['fused_fp8']:9.4f} {r['ms']['sdpa_quant']:9.4f} "
-                f"{r['ratio_fp8_vs_sdpa_quant']:6.2f} {r['target'] or '-':>6}"
+            ms = r["ms"]
+            fi = min((ms[k] for k in ("flashinfer_xqa", "flashinfer_tc") if k in ms), default=None)
+            table.append(
+                [
+                    r["row"],
+                    ms["fused_fp8"],
+                    ms["sdpa_quant"],
+                    f"{r['ratio_fp8_vs_sdpa_quant']:.2f}",
+                    str(r["target"] or "-"),
+                    fi,
+                    r.get("vs_flashinfer_fp8kv"),
+                ]
             )
-            print(
-                f"{'  NVFP4 out / FP8 out':<72} {r['ms']['fused_nvfp4']:9.4f} "
-                f"{'':>9} {r['nvfp4_over_fp8']:6.2f} {'<=1.05':>6}"
+            table.append(
+                [
+                    "  NVFP4 out / FP8 out",
+                    ms["fused_nvfp4"],
+                    None,
+                    f"{r['nvfp4_over_fp8']:.2f}",
+                    "<=1.05",
+                    None,
+                    None,
+                ]
             )
-            if r["row"].startswith("decode B=64"):
-                headline = r["ratio_fp8_vs_sdpa_quant"]
+            table.append(
+                [
+                    "  bf16 paged KV, FP8 out",
+                    ms["fused_fp8_bf16kv"],
+                    None,
+                    "",
+                    "",
+                    ms.get("flashinfer_tc_bf16kv"),
+                    r.get("vs_flashinfer_bf16kv"),
+                ]
+            )
         elif "ratio" in r:
-            print(
-                f"{r['row']:<72} {r['ms']:9.4f} {r['baseline_ms']:9.4f} {r['ratio']:6.2f} "
-                f"{r['target']:>6}"
+            table.append(
+                [
+                    r["row"],
+                    r["ms"],
+                    r["baseline_ms"],
+                    f"{r['ratio']:.2f}",
+                    str(r["target"]),
+                    r.get("flashinfer_ms"),
+                    r.get("vs_flashinfer"),
+                ]
             )
         elif "nvfp4_over_fp8" in r:
-            print(
-                f"{r['row']:<72} {r['ms']:9.4f} {r['fp8_out_ms']:9.4f} "
-                f"{r['nvfp4_over_fp8']:6.2f} {'<=1.05':>6}"
+            table.append(
+                [
+                    r["row"],
+                    r["ms"],
+                    r["fp8_out_ms"],
+                    f"{r['nvfp4_over_fp8']:.2f}",
+                    "<=1.05",
+                    None,
+                    None,
+                ]
             )
-    if headline is not None:
-        print(
-            f"headline: decode B=64 ctx 4096 FP8 KV, fused / (SDPA + compiled quant) = "
-            f"{headline:.2f}x"
-        )
-    return 0
+    cells = [[c if c is not None else "-" for c in row] for row in table]
+    print()
+    print_table(
+        ["row", "fused ms", "base ms", "ratio", "target", "FI ms", "FI/fused"], cells, fmt=".4f"
+    )
 
 
 if __name__ == "__main__":
