@@ -68,10 +68,27 @@ def main() -> None:
     for splits in (1, 5):
         for prefetch in (False, True):
             paged_into(*pa, pk, 2, s * 1e4, sf, config={"splits": splits, "prefetch": prefetch})
+    _norm_act(s)
     if torch.cuda.get_device_capability() == (9, 0):
         _warp_specialised(s)
     torch.cuda.synchronize()
     print("sanitize_kernels: all kernels ran")
+
+
+def _norm_act(s: torch.Tensor) -> None:
+    """The six norm / act + quant ops: 130 rows (NVFP4's swizzled 128-row padding), a hidden
+    size that is not a power of two, merged gate / up halves read through their strides."""
+    ops, dev = torch.ops.graphfuse, "cuda"
+    x = torch.randn(130, 80, device=dev, dtype=torch.bfloat16)
+    res = torch.randn(130, 80, device=dev, dtype=torch.bfloat16)
+    w = torch.rand(80, device=dev, dtype=torch.bfloat16) + 0.5
+    gate, up = torch.randn(130, 2 * 1040, device=dev, dtype=torch.bfloat16).chunk(2, dim=-1)
+    ops.rms_norm_quant_fp8(x, w, 1e-6, s)
+    ops.add_rms_norm_quant_fp8(x, res, w, 1e-6, s)
+    ops.rms_norm_quant_nvfp4(x, w, 1e-6, s * 1e4)
+    ops.add_rms_norm_quant_nvfp4(x, res, w, 1e-6, s * 1e4)
+    ops.act_and_mul_quant_fp8(gate, up, s)
+    ops.act_and_mul_quant_nvfp4(gate, up, s * 1e4, "gelu_tanh")
 
 
 def _warp_specialised(s: torch.Tensor) -> None:
