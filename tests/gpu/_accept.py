@@ -41,7 +41,7 @@ def check_fp8(out, ref, wide, s_o: float, *, fast: bool = False, min_equal: floa
     assert st["nan"] == 0, st
     if fast:
         # (the 2.5%-of-amax rule is checked on the unquantized fast-mode output)
-        assert st["equal"] >= 0.6 and st["rmse_ratio"] <= 1.25, st
+        assert st["equal"] >= 0.6 and st["rmse_ratio"] <= 1.4, st
     else:
         assert st["near"] == 1.0 and st["equal"] >= min_equal and st["rmse_ratio"] <= 1.1, st
     return st
