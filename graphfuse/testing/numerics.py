@@ -78,7 +78,7 @@ def assert_fp8_close(
         wide: the fp32 (or wider) attention output the reference quantized.
         out_scale: s_o, the output's dequant scale (one element).
         min_equal: 0.99 for fp32-accumulating (CPU) kernels, 0.90 for 16-bit-P GPU kernels.
-        rmse_factor: 1.1 by default (1.25 for fast mode).
+        rmse_factor: 1.1 by default (1.4 for fast mode).
 
     Raises:
         AssertionError: naming the failing criterion and the first offending elements.
@@ -119,10 +119,11 @@ def assert_nvfp4_close(
     *,
     min_equal: float = 0.99,
     rmse_factor: float = 1.1,
+    max_scale_step: int | None = 1,
 ) -> None:
-    """NVFP4-out acceptance: swizzled block-scale bytes within one e4m3 step everywhere (and
-    padding bytes zero), at least ``min_equal`` of them equal, dequantized RMSE against ``wide``
-    (viewed as ``[M, K]``) at most ``rmse_factor`` x the reference's.
+    """NVFP4-out acceptance: swizzled block-scale bytes within ``max_scale_step`` e4m3 steps
+    everywhere (and padding bytes zero), at least ``min_equal`` of them equal, dequantized
+    RMSE against ``wide`` (viewed as ``[M, K]``) at most ``rmse_factor`` x the reference's.
 
     Args:
         packed, block_scale: the kernel's uint8 ``[M, K/2]`` and swizzled e4m3 scales.
@@ -131,6 +132,9 @@ def assert_nvfp4_close(
         global_scale: g, the encode global scale.
         min_equal: 0.99 on CPU, 0.90 on GPU.
         rmse_factor: 1.1 by default.
+        max_scale_step: 1 by default; None for fast mode, whose error docs/numerics.md bounds
+            against the output's absolute maximum, not each block's, so a small block's
+            scale can move by more than one step.
 
     Raises:
         AssertionError: naming the failing criterion.
@@ -146,11 +150,12 @@ def assert_nvfp4_close(
     if m and k:
         pad.view(-1)[_swizzled_offsets(m, k // 16)] = False
     assert not sb[pad].any(), f"{int((sb[pad] != 0).sum())} swizzle padding bytes not zero"
-    step = (e4m3_ordinal(sb) - e4m3_ordinal(rsb)).abs() <= 1
-    assert step.all(), (
-        f"{int((~step).sum())} block-scale bytes more than one e4m3 step from the reference: "
-        + _describe(~step, sb, rsb)
-    )
+    if max_scale_step is not None:
+        step = (e4m3_ordinal(sb) - e4m3_ordinal(rsb)).abs() <= max_scale_step
+        assert step.all(), (
+            f"{int((~step).sum())} block-scale bytes more than {max_scale_step} e4m3 step(s) "
+            "from the reference: " + _describe(~step, sb, rsb)
+        )
     valid_sb, valid_rsb = sb[~pad], rsb[~pad]
     if valid_sb.numel():
         eq = (valid_sb == valid_rsb).double().mean().item()

@@ -1,9 +1,9 @@
 """Device helpers for the output formats of docs/numerics.md, one per format, shared by every
-Triton and Gluon kernel (quant, prefill, decode): FP8 encode (``e4m3``), e2m1 encode and
-decode (``e2m1_code``, ``e2m1_value``), the NVFP4 block amax (``block_amax``), the two block
-scale forms (``nvfp4_block_scale_exact`` for the quant op, ``nvfp4_block_scale`` for the
-attention epilogues), nibble packing (``pack_e2m1``) and the swizzled scale offsets
-(``swizzled_offset``).
+Triton and Gluon kernel (quant, prefill, decode, norm / act): FP8 encode (``e4m3``), e2m1
+encode and decode (``e2m1_code``, ``e2m1_value``), the NVFP4 block amax (``block_amax``,
+``amax_along``, ``nan_max``), the two block scale forms (``nvfp4_block_scale_exact`` for the
+quant ops, ``nvfp4_block_scale`` for the attention epilogues), nibble packing (``pack_e2m1``)
+and the swizzled scale offsets (``swizzled_offset``).
 
 Imported only from the kernel modules, never at ``import graphfuse``.
 """
@@ -56,14 +56,22 @@ def e2m1_value(code):
 
 
 @triton.jit
-def _max_nan(a, b):
+def nan_max(a, b):
+    """Elementwise maximum that propagates NaN."""
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
+def amax_along(x, AXIS: tl.constexpr):
+    """``max |x|`` along ``AXIS``, NaN if any element is NaN."""
+    return tl.reduce(tl.abs(x), AXIS, nan_max)
+
+
+@triton.jit
 def block_amax(xb):
-    """``max |x|`` over the last axis (the 16 elements of an NVFP4 block), NaN if any is."""
-    return tl.reduce(tl.abs(xb), 2, _max_nan)
+    """``max |x|`` over the last axis of ``[R, NB, 16]`` (the 16 elements of an NVFP4 block),
+    NaN if any is."""
+    return amax_along(xb, 2)
 
 
 @triton.jit

@@ -136,6 +136,7 @@ def run_case(c: dict, precision: str = "default", config: dict | None = None) ->
             g,
             min_equal=0.6 if fast else 0.9,
             rmse_factor=1.4 if fast else 1.1,
+            max_scale_step=None if fast else 1,
         )
 
 

@@ -1,8 +1,8 @@
 """Triton norm / activation + quant kernels on CUDA against graphfuse/ops/norm_act_ref.py.
 
 The seeded cases of ``tests/triton_kernels/_norm_act_cases.py`` run through the ``*_into`` launchers
-with poisoned outputs: the act_and_mul kernels bit-exact, the RMSNorm kernels within
-docs/numerics.md's GPU acceptance (their sum of squares is a tree), the residual bit-equal.
+with poisoned outputs, within docs/numerics.md's GPU acceptance (the RMSNorm kernels' sum of
+squares is a tree, the activations use the hardware ``exp``), the residual bit-equal.
 Then every op through the dispatcher (3-D inputs, merged gate / up halves), opcheck, and
 CUDA-graph capture + replay.
 """
@@ -88,7 +88,7 @@ def _check(name: str, got, args) -> None:
         st = nvfp4_stats(got[:2], want[:2], wide, g, True)
     if add:
         st["residual_equal"] = same_float(got[-1], want[-1])
-    assert not failures({"op": "act" if act else "norm"}, st), (name, st)
+    assert not failures(st), (name, st)
 
 
 def test_ops_through_the_dispatcher() -> None:

@@ -5,9 +5,10 @@ and the Triton CPU interpreter run (tests/triton_kernels/test_norm_act_interpret
 Each case calls a ``*_into`` launcher with poisoned output buffers and returns statistics
 against the reference (computed on the CPU): equal-byte fractions, the largest e4m3 step
 between differing bytes, the NVFP4 RMSE ratio, whether the residual is bit-equal.
-:func:`failures` applies the acceptance: the act_and_mul kernels are bit-exact; the RMSNorm
-kernels meet docs/numerics.md's GPU rule (FP8 bytes within one step, at least 99% equal;
-NVFP4 block scales within one step, RMSE at most 1.05x; the residual bit-equal).
+:func:`failures` applies docs/numerics.md's GPU acceptance to every kernel (FP8 bytes within
+one step, at least 99% equal; NVFP4 block scales within one step, RMSE at most 1.05x; the
+residual bit-equal): the RMSNorm kernels sum the squares as a tree and the activations use the
+hardware ``exp``, the two freedoms the kernels take from the reference's arithmetic.
 
 Under the interpreter (``python -m tests.triton_kernels._norm_act_cases --device cpu``, with
 ``TRITON_INTERPRET=1``) :func:`interpreter_float_conversions` first replaces the
@@ -291,20 +292,15 @@ def run_exp_range(device: str) -> list[dict]:
     return out
 
 
-def failures(case: dict, st: dict) -> list[str]:
+def failures(st: dict) -> list[str]:
     """The acceptance rules a case's statistics break (empty: it passes)."""
     bad = []
-    exact = case["op"] != "norm"
     if "equal" in st:
         if not st["nan_same"]:
             bad.append("NaN bytes differ")
-        if exact and st["equal"] != 1.0:
-            bad.append(f"FP8 bytes not bit-exact ({st['equal']:.6f})")
-        if not exact and (st["equal"] < 0.99 or st["max_step"] > 1):
+        if st["equal"] < 0.99 or st["max_step"] > 1:
             bad.append(f"FP8 bytes {st['equal']:.6f} equal, max step {st['max_step']}")
     else:
-        if exact and (st["packed_equal"] != 1.0 or st["scale_equal"] != 1.0):
-            bad.append(f"NVFP4 not bit-exact ({st['packed_equal']}, {st['scale_equal']})")
         if st["scale_max_step"] > 1 or st["rmse_ratio"] > 1.05:
             bad.append(f"NVFP4 scale step {st['scale_max_step']}, RMSE {st['rmse_ratio']:.4f}")
     if not st.get("residual_equal", True):
@@ -320,9 +316,9 @@ def run_all(seed: int, n: int, device: str, **sizes) -> list[dict]:
     act_kw = {k: v for k, v in sizes.items() if k in ("inter", "rows")}
     for case in [*norm_cases(seed, n, **norm_kw), *act_cases(seed + 1, n, **act_kw)]:
         st = (run_norm if case["op"] == "norm" else run_act)(case, device)
-        records.append({**case, **st, "failures": failures(case, st)})
+        records.append({**case, **st, "failures": failures(st)})
     for st in run_exp_range(device):
-        records.append({**st, "failures": failures(st, st)})
+        records.append({**st, "failures": failures(st)})
     return records
 
 

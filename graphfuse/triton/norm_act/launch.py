@@ -23,7 +23,8 @@ from .kernels import (
 FP8 = torch.float8_e4m3fn
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 ACTIVATIONS = {"silu": SILU.value, "gelu_tanh": GELU_TANH.value}
-CHUNK = 1024  # columns a program of the act_and_mul kernels
+CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
+NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
 # no fused multiply-add: the kernels round every product as norm_act_ref does
 _EXACT = {"enable_fp_fusion": False}
 
@@ -40,6 +41,17 @@ def rows_2d(t: torch.Tensor) -> torch.Tensor:
         except RuntimeError:
             pass
     return t.contiguous().view(m, k)
+
+
+def words(t: torch.Tensor) -> torch.Tensor:
+    """``[M, K]`` (unit column stride, K even) as ``[M, K/2]`` words of two elements, the
+    NVFP4 kernels' view (``kernels.split_pairs``): int32 for 16-bit floats, int64 for fp32;
+    a contiguous copy where the storage offset or a stride is odd."""
+    word = torch.int32 if t.element_size() == 2 else torch.int64
+    try:
+        return t.view(word)
+    except RuntimeError:
+        return t.contiguous().view(word)
 
 
 def _fail(op: str, msg: str) -> None:
@@ -103,7 +115,7 @@ def rms_norm_quant_fp8_into(
     m, k = args[0].shape
     if m and k:
         rms_norm_fp8_kernel[(m,)](
-            *args, scale, out, m, k, *strides, float(eps), BLOCK=block, **meta, **_EXACT
+            *args, scale, out, k, *strides, float(eps), BLOCK=block, **meta, **_EXACT
         )
 
 
@@ -119,19 +131,20 @@ def rms_norm_quant_nvfp4_into(
     op = "add_rms_norm_quant_nvfp4" if residual is not None else "rms_norm_quant_nvfp4"
     check_scale(op, "global_scale", global_scale, x.device)
     m, k = nvfp4_rows_cols(op, x.shape, x.shape[-1] if x.dim() else 0)
-    args, strides, block, meta = _norm_args(
-        op, x, weight, residual, residual_out, norm_dtype, weight_first
-    )
+    args, _, _, meta = _norm_args(op, x, weight, residual, residual_out, norm_dtype, weight_first)
     sshape = nvfp4_scale_shape(m, k, swizzle)
     _check_out(op, "packed", packed, (m, k // 2), torch.uint8)
     _check_out(op, "block_scale", block_scale, sshape, FP8)
-    # one program per padded row; a row covers the padding block columns too
-    block = max(block, 64)
-    if sshape[0]:
-        rms_norm_nvfp4_kernel[(sshape[0],)](
-            *args, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
-            *strides, float(eps), SWIZZLE=bool(swizzle), BLOCK=block, **meta, **_EXACT,
-        )  # fmt: skip
+    if not sshape[0]:
+        return
+    x2, r2, r_out, w = (words(t.view(-1, k)) for t in args)
+    nb = triton.next_power_of_2(sshape[1])  # a row covers the padding block columns too
+    meta["num_warps"] = 4 if nb <= 128 else 8 if nb <= 512 else 16
+    rms_norm_nvfp4_kernel[(sshape[0],)](  # one program per padded row
+        x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
+        x2.stride(0), r2.stride(0), float(eps), DT=TL_DTYPE[x.dtype], W_DT=TL_DTYPE[weight.dtype],
+        SWIZZLE=bool(swizzle), NB=nb, **meta, **_EXACT,
+    )  # fmt: skip
 
 
 def _act_args(op: str, gate: torch.Tensor, up: torch.Tensor, activation: str) -> tuple:
@@ -181,11 +194,12 @@ def act_and_mul_quant_nvfp4_into(
     sshape = nvfp4_scale_shape(m, k, swizzle)
     _check_out(op, "packed", packed, (m, k // 2), torch.uint8)
     _check_out(op, "block_scale", block_scale, sshape, FP8)
-    rows, cols = sshape[0], 16 * sshape[1]  # with the swizzle padding
-    if rows:
-        chunk = _chunk(cols)
-        act_and_mul_nvfp4_kernel[(rows, triton.cdiv(cols, chunk))](
-            g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
-            g2.stride(0), u2.stride(0), ACT=act, SWIZZLE=bool(swizzle), CHUNK=chunk,
-            num_warps=4, **_EXACT,
-        )  # fmt: skip
+    if not sshape[0]:
+        return
+    g2, u2 = words(g2), words(u2)
+    nb = min(NB_ACT, triton.next_power_of_2(sshape[1]))
+    act_and_mul_nvfp4_kernel[(sshape[0], triton.cdiv(sshape[1], nb))](  # with the padding
+        g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
+        g2.stride(0), u2.stride(0), DT=TL_DTYPE[gate.dtype], ACT=act, SWIZZLE=bool(swizzle),
+        NB=nb, num_warps=4, **_EXACT,
+    )  # fmt: skip
