@@ -529,71 +529,30 @@ def print_rows(rows: list[dict]) -> None:
     time with the ratio FlashInfer / fused (above 1: graphfuse is faster)."""
     table = []
     for r in rows:
-        if "ratio_fp8_vs_sdpa_quant" in r:
+        if "ratio_fp8_vs_sdpa_quant" in r:  # decode
             ms = r["ms"]
             fi = min((ms[k] for k in ("flashinfer_xqa", "flashinfer_tc") if k in ms), default=None)
-            table.append(
-                [
-                    r["row"],
-                    ms["fused_fp8"],
-                    ms["sdpa_quant"],
-                    f"{r['ratio_fp8_vs_sdpa_quant']:.2f}",
-                    str(r["target"] or "-"),
-                    fi,
-                    r.get("vs_flashinfer_fp8kv"),
-                ]
-            )
-            table.append(
-                [
-                    "  NVFP4 out / FP8 out",
-                    ms["fused_nvfp4"],
-                    None,
-                    f"{r['nvfp4_over_fp8']:.2f}",
-                    "<=1.05",
-                    None,
-                    None,
-                ]
-            )
-            table.append(
-                [
-                    "  bf16 paged KV, FP8 out",
-                    ms["fused_fp8_bf16kv"],
-                    None,
-                    "",
-                    "",
-                    ms.get("flashinfer_tc_bf16kv"),
-                    r.get("vs_flashinfer_bf16kv"),
-                ]
-            )
-        elif "ratio" in r:
-            table.append(
-                [
-                    r["row"],
-                    r["ms"],
-                    r["baseline_ms"],
-                    f"{r['ratio']:.2f}",
-                    str(r["target"]),
-                    r.get("flashinfer_ms"),
-                    r.get("vs_flashinfer"),
-                ]
-            )
-        elif "nvfp4_over_fp8" in r:
-            table.append(
-                [
-                    r["row"],
-                    r["ms"],
-                    r["fp8_out_ms"],
-                    f"{r['nvfp4_over_fp8']:.2f}",
-                    "<=1.05",
-                    None,
-                    None,
-                ]
-            )
-    cells = [[c if c is not None else "-" for c in row] for row in table]
+            table += [
+                (r["row"], ms["fused_fp8"], ms["sdpa_quant"], r["ratio_fp8_vs_sdpa_quant"],
+                 r["target"], fi, r.get("vs_flashinfer_fp8kv")),
+                ("  NVFP4 out / FP8 out", ms["fused_nvfp4"], None, r["nvfp4_over_fp8"], "<=1.05",
+                 None, None),
+                ("  bf16 paged KV, FP8 out", ms["fused_fp8_bf16kv"], None, None, None,
+                 ms.get("flashinfer_tc_bf16kv"), r.get("vs_flashinfer_bf16kv")),
+            ]  # fmt: skip
+        elif "ratio" in r:  # prefill against its baseline
+            table.append((r["row"], r["ms"], r["baseline_ms"], r["ratio"], r["target"],
+                          r.get("flashinfer_ms"), r.get("vs_flashinfer")))  # fmt: skip
+        elif "nvfp4_over_fp8" in r:  # prefill NVFP4 against FP8 out
+            table.append((r["row"], r["ms"], r["fp8_out_ms"], r["nvfp4_over_fp8"], "<=1.05",
+                          None, None))  # fmt: skip
+    fmts = ("", ".4f", ".4f", ".2f", "", ".4f", ".2f")  # per column: times, ratios, text
+    cells = [
+        ["-" if v is None else format(v, f) if f else str(v) for v, f in zip(row, fmts)]
+        for row in table
+    ]
     print()
-    print_table(
-        ["row", "fused ms", "base ms", "ratio", "target", "FI ms", "FI/fused"], cells, fmt=".4f"
-    )
+    print_table(["row", "fused ms", "base ms", "ratio", "target", "FI ms", "FI/fused"], cells)
 
 
 if __name__ == "__main__":
