@@ -245,8 +245,8 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool, with_peer: bool) -> 
     peer_numerics = {}
     if with_peer:
         builders = {
-            "flashinfer_xqa": lambda st: peer.decode_xqa(*st[:4], 1 / 64.0, 1 / 64.0),
-            "flashinfer_tc": lambda st: peer.decode_paged(*st[:4], 1 / 64.0, 1 / 64.0),
+            "flashinfer_xqa": lambda st: peer.decode_xqa(*st[:4], st[4].item(), st[5].item()),
+            "flashinfer_tc": lambda st: peer.decode_paged(*st[:4], st[4].item(), st[5].item()),
         }
         for name, build in builders.items():
             try:
@@ -377,7 +377,7 @@ def prefill_rows(b, hq, hkv, s, d, ceil: dict, sweep: bool, with_peer: bool) -> 
     peer_numerics, peer_of = {}, {}
     if with_peer:  # FA3, bf16 out, on the same q/k/v (token-major copies made once)
         for name, args, fa3_args in (
-            ("flashinfer_fa3_fp8", fp8_args, (q8, k8, v8, 1 / 64.0)),
+            ("flashinfer_fa3_fp8", fp8_args, (q8, k8, v8, sc.item())),
             ("flashinfer_fa3_bf16", bf_args, (qb, kb, vb, None)),
         ):
             try:
