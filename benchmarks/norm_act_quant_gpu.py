@@ -155,7 +155,8 @@ def row(name: str, t: int, fused, graph, inputs: tuple, nbytes: int, reps: int) 
     compiled = torch.compile(graph, dynamic=False)
     equal = equal_fraction(fused(*inputs), graph(*inputs))
     equal_compiled = equal_fraction(fused(*inputs), compiled(*inputs))
-    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    # nbytes moved: half read, half written
+    src = torch.empty(nbytes // 8, dtype=torch.int32, device="cuda")
     dst = torch.empty_like(src)
     timers = {
         "fused": GraphTimer(lambda: fused(*inputs), reps),

@@ -1,9 +1,10 @@
 """Device helpers for the output formats of docs/numerics.md, one per format, shared by every
 Triton and Gluon kernel (quant, prefill, decode, norm / act): FP8 encode (``e4m3``), e2m1
-encode and decode (``e2m1_code``, ``e2m1_value``), the NVFP4 block amax (``block_amax``,
-``amax_along``, ``nan_max``), the two block scale forms (``nvfp4_block_scale_exact`` for the
-quant ops, ``nvfp4_block_scale`` for the attention epilogues), nibble packing (``pack_e2m1``)
-and the swizzled scale offsets (``swizzled_offset``).
+encode and decode (``e2m1_code``, ``e2m1_byte``, ``e2m1_value``), the NVFP4 block amax
+(``block_amax``, ``amax_along``, ``nan_max``), the two block scale forms
+(``nvfp4_block_scale_exact`` for the quant ops, ``nvfp4_block_scale`` for the attention
+epilogues), nibble packing (``pack_e2m1``), the swizzled scale offsets (``swizzled_offset``)
+and the zeros of that layout's padding rows (``zero_sf_rows``).
 
 Imported only from the kernel modules, never at ``import graphfuse``.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
 
 
 @triton.jit
@@ -22,23 +25,46 @@ def e4m3(v):
 
 
 @triton.jit
-def e2m1_code(v):
-    """The 4-bit e2m1 code (int32 0..15, sign in bit 3) of fp32 ``v``: rne, saturating at 6,
-    in 7 ALU operations; equal to ``quant_ref.e2m1_codes`` for every non-NaN ``v`` (a NaN
-    occurs only in a NaN block, whose nibbles docs/numerics.md leaves unspecified).
+def _e2m1_magnitude(v):
+    """``M + |code(v)|`` in fp32 (``M = 1.5 * 2**23``, bits ``0x4B400000``): the low byte of
+    its bits is the 3-bit e2m1 magnitude code of ``v``, rne, saturating at 6.
 
     ``code(|v|) = min(rint(2a), rint(a) + 2, rint(a/2) + 4, 7)`` (the e2m1 grid has steps 0.5,
-    1, 2 on [0, 2), [2, 4), [4, 6]; ``rint`` rounds half to even as docs/numerics.md's table does);
-    each ``rint(y) + k`` is the low bits of ``y + k + 1.5*2**23`` rounded once in fp32.
+    1, 2 on [0, 2), [2, 4), [4, 6]; ``rint`` rounds half to even as docs/numerics.md's table
+    does); each ``rint(y) + k`` is ``y + k + M`` rounded once in fp32 (sums in
+    ``[2**23, 2**24)`` round to integers).
     """
     a = tl.abs(v)
-    m: tl.constexpr = 12582912.0  # 1.5 * 2**23: sums in [2**23, 2**24) round to integers
+    m: tl.constexpr = 12582912.0
     t = tl.minimum(tl.fma(a, 2.0, m), a + (m + 2.0))
     t = tl.minimum(t, tl.fma(a, 0.5, m + 4.0))
-    t = tl.minimum(t, m + 7.0)
-    mag = t.to(tl.int32, bitcast=True) & 7
-    sign = (v.to(tl.uint32, bitcast=True) >> 28) & 8
-    return mag | sign.to(tl.int32)
+    return tl.minimum(t, m + 7.0)
+
+
+@triton.jit
+def _sign_bit(v):
+    """The sign bit of fp32 ``v`` as uint32 0 / 1 (a multiply-high, off the logic pipe)."""
+    return tl.umulhi(v.to(tl.uint32, bitcast=True), 2)
+
+
+@triton.jit
+def e2m1_code(v):
+    """The 4-bit e2m1 code (int32 0..15, sign in bit 3) of fp32 ``v``: rne, saturating at 6;
+    equal to ``quant_ref.e2m1_codes`` for every non-NaN ``v`` (a NaN occurs only in a NaN
+    block, whose nibbles docs/numerics.md leaves unspecified)."""
+    mag = _e2m1_magnitude(v).to(tl.int32, bitcast=True) & 7
+    return mag | (_sign_bit(v) * 8).to(tl.int32)
+
+
+@triton.jit
+def e2m1_byte(lo, hi):
+    """The packed NVFP4 byte ``e2m1_code(lo) | e2m1_code(hi) << 4`` of fp32 ``lo`` / ``hi`` as
+    the low 8 bits of a uint32 (the caller's ``.to(tl.uint8)`` drops the rest), by integer
+    multiply-adds only: the magnitude codes are the low bytes of ``_e2m1_magnitude``'s bits
+    (``0x4B400000 * 16`` has a zero low byte too), the signs come from ``_sign_bit``."""
+    mlo = _e2m1_magnitude(lo).to(tl.uint32, bitcast=True)
+    mhi = _e2m1_magnitude(hi).to(tl.uint32, bitcast=True)
+    return mlo + mhi * 16 + _sign_bit(lo) * 8 + _sign_bit(hi) * 128
 
 
 @triton.jit
@@ -97,12 +123,17 @@ def _scale_byte(sf8, amax):
 def nvfp4_block_scale_exact(amax, g):
     """docs/numerics.md's NVFP4 block scale, bit-exact with ``quant_ref.nvfp4_quant_ref`` (the
     quant op): ``sf = e4m3(g * (amax / 6))``, encode multiplier ``inv = 1 / (sf / g)`` (0 for
-    a zero scale), every division ``div_rn``. Returns (``inv``, the scale byte)."""
+    a zero scale), every division ``div_rn``. Returns (``inv``, ``big``, the scale byte):
+    encode a value ``x`` as ``e2m1_code(x * inv * big)``. An infinite or NaN ``inv`` (only
+    for ``g = inf``) becomes FLT_MAX, and ``big`` is FLT_MAX where ``inv`` was infinite, else
+    1: every nonzero ``x`` still overflows to +-inf (code +-6) and +-0 stays +-0 with no
+    per-element test (``0 * inf`` would be NaN)."""
     one = tl.full(amax.shape, 1.0, tl.float32)
     sf8 = e4m3(g * tl.math.div_rn(amax, one * 6.0))
     sf = sf8.to(tl.float32)
     inv = tl.where(sf == 0.0, 0.0, tl.math.div_rn(one, tl.math.div_rn(sf, one * g)))
-    return inv, _scale_byte(sf8, amax)
+    big = tl.where(inv > FLT_MAX, FLT_MAX, 1.0)
+    return tl.where(inv < FLT_MAX, inv, FLT_MAX), big, _scale_byte(sf8, amax)
 
 
 @triton.jit
@@ -116,7 +147,7 @@ def nvfp4_block_scale(amax, g):
     sf8 = e4m3(g * div6_rn(amax))
     sf = sf8.to(tl.float32)
     inv = g * tl.math.rsqrt(sf * sf)
-    inv = tl.where(sf == 0.0, 0.0, tl.minimum(inv, 3.4028234663852886e38))
+    inv = tl.where(sf == 0.0, 0.0, tl.minimum(inv, FLT_MAX))
     return inv, _scale_byte(sf8, amax)
 
 
@@ -126,8 +157,8 @@ def pack_e2m1(v):
     block-scaled values ``v`` (fp32 ``[R, NB, 16]``)."""
     R: tl.constexpr = v.shape[0]
     NB: tl.constexpr = v.shape[1]
-    lo, hi = tl.split(tl.reshape(e2m1_code(v), (R, NB * 8, 2)))
-    return (lo | (hi << 4)).to(tl.uint8)
+    lo, hi = tl.split(tl.reshape(v, (R, NB * 8, 2)))
+    return e2m1_byte(lo, hi).to(tl.uint8)
 
 
 @triton.jit
@@ -136,3 +167,13 @@ def swizzled_offset(m, k, n_ktiles):
     return (
         ((m // 128) * n_ktiles + (k // 4)) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + (k % 4)
     )
+
+
+@triton.jit
+def zero_sf_rows(SF, r0, M, kb, KB_PAD, ROWS: tl.constexpr):
+    """Zeroes the swizzled NVFP4 scale bytes of rows ``r0 .. r0 + ROWS - 1`` that lie in the
+    layout's padding (below ``M`` rounded up to 128), block columns ``kb`` (< ``KB_PAD``)."""
+    r = r0 + tl.arange(0, ROWS)
+    mask = (r[:, None] < (M + 127) // 128 * 128) & (kb[None, :] < KB_PAD)
+    offs = swizzled_offset(r.to(tl.int64)[:, None], kb[None, :], KB_PAD // 4)
+    tl.store(SF + offs, tl.zeros([ROWS, kb.shape[0]], tl.uint8), mask=mask)

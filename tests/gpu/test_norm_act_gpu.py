@@ -97,6 +97,24 @@ def test_ops_through_the_dispatcher() -> None:
         _check(name, op(*args), args)
 
 
+def test_nvfp4_infinite_global_scale() -> None:
+    """g = inf: the encode multiplier is infinite, so every nonzero value encodes to +-6 and
+    +-0 stays +-0 (a zero block gets a NaN scale), as in the reference: bytes equal."""
+    x, res, w, merged = _inputs(t=5, hidden=256, inter=256)
+    x[0, 0, :16] = 0.0
+    x[0, 1, 16:32] = -0.0
+    merged[0, 2, :32] = 0.0  # gate and up both zero in two blocks
+    s, g = torch.tensor([0.03], device="cuda"), torch.tensor([float("inf")], device="cuda")
+    for name, (op, args) in _calls(x, res, w, merged, s, g).items():
+        if name.endswith("nvfp4"):
+            got = op(*args)
+            want = _REFS[name](*(a.cpu() if isinstance(a, torch.Tensor) else a for a in args))
+            nan_got, nan_want = torch.isnan(got[1].float().cpu()), torch.isnan(want[1].float())
+            assert torch.equal(got[0].cpu(), want[0]), name
+            assert torch.equal(nan_got, nan_want), name
+            assert torch.equal(got[1].float().cpu()[~nan_got], want[1].float()[~nan_want]), name
+
+
 def test_opcheck_cuda() -> None:
     s, g = torch.tensor([0.03], device="cuda"), torch.tensor([400.0], device="cuda")
     for _name, (op, args) in _calls(*_inputs(t=5, hidden=64, inter=64), s, g).items():

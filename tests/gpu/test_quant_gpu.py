@@ -112,6 +112,26 @@ def test_nvfp4_quant_dequant_bit_exact(seed: int, swizzle: bool) -> None:
             assert _same_float(out, dref), (m, k, odt)
 
 
+@pytest.mark.parametrize("g", [float("inf"), 3e38, 1e-30, 0.0])
+def test_nvfp4_quant_extreme_global_scale(g: float) -> None:
+    """Global scales at the ends of fp32: g = inf makes the encode multiplier infinite (every
+    nonzero value encodes to +-6, +-0 stays +-0), 3e38 / 1e-30 saturate or flush the block
+    scales; bytes equal the reference's outside NaN blocks."""
+    from graphfuse.triton.quant.launch import nvfp4_quant_into, nvfp4_scale_shape
+
+    x = _rand((130, 64), torch.bfloat16, 5)
+    x[1, :16] = 0.0
+    x[2, 16:32] = -0.0
+    gt = torch.tensor(g, device="cuda")
+    packed = torch.full((130, 32), 0xA5, dtype=torch.uint8, device="cuda")
+    sf = torch.full(nvfp4_scale_shape(130, 64, True), 0x11, dtype=torch.uint8, device="cuda")
+    nvfp4_quant_into(x, gt, packed, sf.view(torch.float8_e4m3fn), True)
+    rp, rs = R.nvfp4_quant_ref(x.cpu(), gt.cpu())
+    keep = ~torch.isnan(x.float().cpu()).view(130, 4, 16).any(-1).repeat_interleave(8, dim=1)
+    assert _same_fp8(sf, rs)
+    assert torch.equal(packed.cpu()[keep], rp[keep])
+
+
 def test_quant_ops_cuda_graph() -> None:
     x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
     s = torch.tensor([0.02], device="cuda")

@@ -79,6 +79,20 @@ def _kv_load(kv, blk, start, hi, offs_n, PAGE: tl.constexpr, offs_d, dmask, PAGE
 
 
 @triton.jit
+def _fp8_to_f16(v):
+    """e4m3 -> fp16 (exact) in registers, as an opaque conversion. A plain ``.to()`` of the
+    FP8 V tile is folded by Triton into the P·V operand load from shared memory; V's operand
+    needs its tokens (rows) contiguous, so that load gathers single bytes (128 ``ld.shared.b8``
+    a thread per 128-token tile). Converted first, V takes the 16-bit path: 16-byte copies
+    into shared memory, one fp16 store, ``ldmatrix.trans``."""
+    return tl.inline_asm_elementwise(
+        "{.reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
+        "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi;}",
+        "=r,=r,r", [v.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4,
+    )  # fmt: skip
+
+
+@triton.jit
 def _attend(q, k, v, tmask, acc, m_i, l_i, qk_scale, DOT_DT: tl.constexpr):
     """One online-softmax step over a KV tile (exp2 domain)."""
     s = tl.dot(q, k.to(DOT_DT)) * qk_scale[:, None]
@@ -88,6 +102,8 @@ def _attend(q, k, v, tmask, acc, m_i, l_i, qk_scale, DOT_DT: tl.constexpr):
     p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
+    if v.dtype == tl.float8e4nv:
+        v = _fp8_to_f16(v)  # DOT_DT is fp16 for an FP8 cache
     acc = tl.dot(p.to(DOT_DT), v.to(DOT_DT), acc * alpha[:, None])
     return acc, m_new, l_i
 

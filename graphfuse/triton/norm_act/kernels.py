@@ -19,7 +19,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..formats import amax_along, e2m1_code, e4m3, nan_max, nvfp4_block_scale_exact, swizzled_offset
+from ..formats import (
+    amax_along,
+    e2m1_byte,
+    e4m3,
+    nan_max,
+    nvfp4_block_scale_exact,
+    swizzled_offset,
+    zero_sf_rows,
+)
 
 # gelu_tanh (norm_act_ref.GELU_BETA2, GELU_KAPPA)
 _GELU_BETA2 = tl.constexpr(1.5957691216057308)
@@ -69,20 +77,18 @@ def join_pairs(lo, hi, DT: tl.constexpr):
 
 @triton.jit
 def store_nvfp4_pairs(
-    ze, zo, row, kb, M, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE: tl.constexpr,
+    ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE: tl.constexpr
 ):  # fmt: skip
     """NVFP4 (``quant_ref.nvfp4_quant_ref``'s arithmetic) of the even / odd values ``ze`` /
-    ``zo`` (fp32 ``[NB, 8]``: block columns ``kb`` of row ``row``): stores the packed bytes
-    of the real elements (row < M, block column < K/16) and the block-scale bytes, zeros in
-    the padding of the swizzled layout (block columns up to ``KB_PAD``)."""
-    inv, sbits = nvfp4_block_scale_exact(nan_max(amax_along(ze, 1), amax_along(zo, 1)), g)
-    lo = e2m1_code(tl.where(ze == 0.0, ze, ze * inv[:, None]))  # +-0 stays +-0 (inv = inf)
-    hi = e2m1_code(tl.where(zo == 0.0, zo, zo * inv[:, None]))
+    ``zo`` (fp32 ``[NB, 8]``: block columns ``kb`` of row ``row``): stores the packed bytes of
+    the real block columns (< K/16) and their scale bytes, with ``SWIZZLE`` also zeros in the
+    layout's padding columns (up to ``KB_PAD``)."""
+    inv, big, sbits = nvfp4_block_scale_exact(nan_max(amax_along(ze, 1), amax_along(zo, 1)), g)
+    packed = e2m1_byte(ze * inv[:, None] * big[:, None], zo * inv[:, None] * big[:, None])
     row64 = row.to(tl.int64)
-    real = (row < M) & (kb < K // 16)
+    real = kb < K // 16
     pcols = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-    tl.store(packed_ptr + row64 * (K // 2) + pcols, (lo | (hi << 4)).to(tl.uint8),
-             mask=real[:, None])  # fmt: skip
+    tl.store(packed_ptr + row64 * (K // 2) + pcols, packed.to(tl.uint8), mask=real[:, None])
     sbits = tl.where(real, sbits, 0).to(tl.uint8)
     if SWIZZLE:
         tl.store(scale_ptr + swizzled_offset(row64, kb, KB_PAD // 4), sbits, mask=kb < KB_PAD)
@@ -143,29 +149,31 @@ def rms_norm_nvfp4_kernel(
     x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sx, sr, eps,
     DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
     OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
+    PAD_ROWS: tl.constexpr,
 ):  # fmt: skip
-    """One program per row, the row as ``[NB, 8]`` words (x, residual and weight through
-    ``split_pairs``; strides in words): RMSNorm as ``rms_norm_fp8_kernel``, then NVFP4 of the
-    row. With ``SWIZZLE`` the grid covers the 128-row padding: those programs read nothing
-    and write zero scales."""
+    """Program ``row < M``: the row as ``[NB, 8]`` words (x, residual and weight through
+    ``split_pairs``; strides in words), RMSNorm as ``rms_norm_fp8_kernel``, then NVFP4 of the
+    row. Programs from M on zero ``PAD_ROWS`` rows each of the swizzled layout's padding."""
     row = tl.program_id(0)
     kb = tl.arange(0, NB)
-    words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-    row64 = row.to(tl.int64)
-    cmask = kb[:, None] < K // 16
-    mask = cmask & (row < M)
-    ve, vo = split_pairs(tl.load(x_ptr + row64 * sx + words, mask=mask, other=0), DT)
-    if HAS_RES:
-        re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
-        ve = (ve + re).to(DT).to(tl.float32)
-        vo = (vo + ro).to(DT).to(tl.float32)
-        tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
-    r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
-    we, wo = split_pairs(tl.load(w_ptr + words, mask=cmask, other=0), W_DT)
-    ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    g = tl.load(g_ptr).to(tl.float32)
-    store_nvfp4_pairs(ze, zo, row, kb, M, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+    if row < M:
+        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+        row64 = row.to(tl.int64)
+        mask = kb[:, None] < K // 16
+        ve, vo = split_pairs(tl.load(x_ptr + row64 * sx + words, mask=mask, other=0), DT)
+        if HAS_RES:
+            re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
+            ve = (ve + re).to(DT).to(tl.float32)
+            vo = (vo + ro).to(DT).to(tl.float32)
+            tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
+        r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
+        we, wo = split_pairs(tl.load(w_ptr + words, mask=mask, other=0), W_DT)
+        ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
+        zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
+        g = tl.load(g_ptr).to(tl.float32)
+        store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+    else:
+        zero_sf_rows(scale_ptr, M + (row - M) * PAD_ROWS, M, kb, KB_PAD, PAD_ROWS)
 
 
 @triton.jit
@@ -196,18 +204,23 @@ def act_and_mul_fp8_kernel(
 def act_and_mul_nvfp4_kernel(
     gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sg, su,
     DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
+    PAD_ROWS: tl.constexpr,
 ):  # fmt: skip
-    """Program (row, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
-    one row, read as ``[NB, 8]`` words (strides in words). With ``SWIZZLE`` the grid also
-    covers the padding rows and block columns, which get zero scales."""
+    """Program (row < M, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
+    one row, read as ``[NB, 8]`` words (strides in words); with ``SWIZZLE`` the chunks also
+    cover the padding block columns (zero scales). Programs from row M on zero ``PAD_ROWS``
+    rows each of the swizzled layout's padding rows."""
     row = tl.program_id(0)
     kb = tl.program_id(1) * NB + tl.arange(0, NB)
-    words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-    row64 = row.to(tl.int64)
-    mask = (kb[:, None] < K // 16) & (row < M)
-    ge, go = split_pairs(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
-    ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
-    pe = act_and_mul(ge, ue, DT, ACT)
-    po = act_and_mul(go, uo, DT, ACT)
-    g = tl.load(g_ptr).to(tl.float32)
-    store_nvfp4_pairs(pe, po, row, kb, M, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+    if row < M:
+        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+        row64 = row.to(tl.int64)
+        mask = kb[:, None] < K // 16
+        ge, go = split_pairs(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
+        ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
+        pe = act_and_mul(ge, ue, DT, ACT)
+        po = act_and_mul(go, uo, DT, ACT)
+        g = tl.load(g_ptr).to(tl.float32)
+        store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+    else:
+        zero_sf_rows(scale_ptr, M + (row - M) * PAD_ROWS, M, kb, KB_PAD, PAD_ROWS)

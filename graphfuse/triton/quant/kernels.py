@@ -54,9 +54,8 @@ def nvfp4_quant_kernel(
     valid = (rows[:, None] < M) & (cols[None, :] < K)
     x = tl.load(x_ptr + rows64[:, None] * K + cols[None, :], mask=valid, other=0.0)
     xb = tl.reshape(x.to(tl.float32), (BM, NB, 16))
-    inv, sbits = nvfp4_block_scale_exact(block_amax(xb), tl.load(g_ptr).to(tl.float32))
-    v = xb * inv[:, :, None]
-    packed = pack_e2m1(tl.where(xb == 0.0, xb, v))  # x = +-0 stays +-0 even when inv = inf
+    inv, big, sbits = nvfp4_block_scale_exact(block_amax(xb), tl.load(g_ptr).to(tl.float32))
+    packed = pack_e2m1(xb * inv[:, :, None] * big[:, :, None])
     pcols = tl.program_id(1) * NB * 8 + tl.arange(0, NB * 8)
     pmask = (rows[:, None] < M) & (pcols[None, :] < K // 2)
     tl.store(packed_ptr + rows64[:, None] * (K // 2) + pcols[None, :], packed, mask=pmask)
