@@ -1,10 +1,10 @@
 """Device helpers for the output formats of docs/numerics.md, one per format, shared by every
 Triton and Gluon kernel (quant, prefill, decode, norm / act): FP8 encode (``e4m3``), e2m1
-encode and decode (``e2m1_code``, ``e2m1_byte``, ``e2m1_value``), the NVFP4 block amax
-(``block_amax``, ``amax_along``, ``nan_max``), the two block scale forms
-(``nvfp4_block_scale_exact`` for the quant ops, ``nvfp4_block_scale`` for the attention
-epilogues), nibble packing (``pack_e2m1``), the swizzled scale offsets (``swizzled_offset``)
-and the zeros of that layout's padding rows (``zero_sf_rows``).
+encode and decode (``e2m1_byte``, ``e2m1_value``), the NVFP4 block amax (``block_amax``,
+``amax_along``, ``nan_max``), the two block scale forms (``nvfp4_block_scale_exact`` for the
+quant ops, ``nvfp4_block_scale`` for the attention epilogues), nibble packing
+(``pack_e2m1``), the swizzled scale offsets (``swizzled_offset``) and the zeros of that
+layout's padding rows (``zero_sf_rows``).
 
 Imported only from the kernel modules, never at ``import graphfuse``.
 """
@@ -48,20 +48,14 @@ def _sign_bit(v):
 
 
 @triton.jit
-def e2m1_code(v):
-    """The 4-bit e2m1 code (int32 0..15, sign in bit 3) of fp32 ``v``: rne, saturating at 6;
-    equal to ``quant_ref.e2m1_codes`` for every non-NaN ``v`` (a NaN occurs only in a NaN
-    block, whose nibbles docs/numerics.md leaves unspecified)."""
-    mag = _e2m1_magnitude(v).to(tl.int32, bitcast=True) & 7
-    return mag | (_sign_bit(v) * 8).to(tl.int32)
-
-
-@triton.jit
 def e2m1_byte(lo, hi):
-    """The packed NVFP4 byte ``e2m1_code(lo) | e2m1_code(hi) << 4`` of fp32 ``lo`` / ``hi`` as
-    the low 8 bits of a uint32 (the caller's ``.to(tl.uint8)`` drops the rest), by integer
-    multiply-adds only: the magnitude codes are the low bytes of ``_e2m1_magnitude``'s bits
-    (``0x4B400000 * 16`` has a zero low byte too), the signs come from ``_sign_bit``."""
+    """The packed NVFP4 byte of fp32 ``lo`` / ``hi``: their 4-bit e2m1 codes (rne, saturating
+    at 6, sign in bit 3), ``lo``'s in the low nibble, as the low 8 bits of a uint32 (the
+    caller's ``.to(tl.uint8)`` drops the rest). Equal to ``quant_ref.e2m1_codes`` for every
+    non-NaN value (a NaN occurs only in a NaN block, whose nibbles docs/numerics.md leaves
+    unspecified). Integer multiply-adds only: the magnitude codes are the low bytes of
+    ``_e2m1_magnitude``'s bits (``0x4B400000 * 16`` has a zero low byte too), the signs come
+    from ``_sign_bit``."""
     mlo = _e2m1_magnitude(lo).to(tl.uint32, bitcast=True)
     mhi = _e2m1_magnitude(hi).to(tl.uint32, bitcast=True)
     return mlo + mhi * 16 + _sign_bit(lo) * 8 + _sign_bit(hi) * 128
@@ -124,7 +118,7 @@ def nvfp4_block_scale_exact(amax, g):
     """docs/numerics.md's NVFP4 block scale, bit-exact with ``quant_ref.nvfp4_quant_ref`` (the
     quant op): ``sf = e4m3(g * (amax / 6))``, encode multiplier ``inv = 1 / (sf / g)`` (0 for
     a zero scale), every division ``div_rn``. Returns (``inv``, ``big``, the scale byte):
-    encode a value ``x`` as ``e2m1_code(x * inv * big)``. An infinite or NaN ``inv`` (only
+    encode a value ``x`` as the e2m1 code of ``x * inv * big``. An infinite or NaN ``inv`` (only
     for ``g = inf``) becomes FLT_MAX, and ``big`` is FLT_MAX where ``inv`` was infinite, else
     1: every nonzero ``x`` still overflows to +-inf (code +-6) and +-0 stays +-0 with no
     per-element test (``0 * inf`` would be NaN)."""

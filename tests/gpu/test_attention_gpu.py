@@ -20,7 +20,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from graphfuse.ops.quant_ref import e2m1_codes  # noqa: E402
-from graphfuse.triton.formats import div6_rn, e2m1_code  # noqa: E402
+from graphfuse.triton.formats import div6_rn, e2m1_byte  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -215,19 +215,22 @@ def test_attention_knobs(knobs: dict) -> None:
 
 
 @triton.jit
-def _helpers_kernel(X, CODE, Q_REF, Q_FAST, N, BLOCK: tl.constexpr):
+def _helpers_kernel(X, BYTE, Q_REF, Q_FAST, N, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < N
     x = tl.load(X + offs, mask=m)
-    tl.store(CODE + offs, e2m1_code(x), mask=m)
+    pairs = tl.program_id(0) * BLOCK // 2 + tl.arange(0, BLOCK // 2)
+    lo, hi = tl.split(tl.reshape(x, (BLOCK // 2, 2)))
+    tl.store(BYTE + pairs, e2m1_byte(lo, hi).to(tl.uint8), mask=pairs < N // 2)
     ax = tl.abs(x)
     tl.store(Q_REF + offs, tl.math.div_rn(ax, tl.full(ax.shape, 6.0, tl.float32)), mask=m)
     tl.store(Q_FAST + offs, div6_rn(ax), mask=m)
 
 
 def test_format_helpers_exact() -> None:
-    """``e2m1_code`` equals the reference's ``e2m1_codes`` and ``div6_rn`` is bit-identical to
-    ``div_rn(x, 6)`` (all values near the e2m1 ties and random magnitudes, no NaN)."""
+    """``e2m1_byte`` packs the reference's ``e2m1_codes`` of a pair (low nibble first) and
+    ``div6_rn`` is bit-identical to ``div_rn(x, 6)`` (all values near the e2m1 ties and random
+    magnitudes, no NaN)."""
     gen = torch.Generator().manual_seed(0)
     ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
     near = (ties.view(torch.int32)[:, None] + torch.arange(-300, 300)).view(torch.float32)
@@ -236,11 +239,13 @@ def test_format_helpers_exact() -> None:
     )
     x = torch.cat([near.flatten(), rand, torch.tensor([0.0, -0.0, float("inf"), 1e-40, 6.0, 7.0])])
     x = torch.cat([x, -x]).cuda()
+    x = x[torch.randperm(x.numel(), generator=gen)[: x.numel() // 2 * 2].to(x.device)]
     n = x.numel()
-    code = torch.empty(n, dtype=torch.int32, device="cuda")
+    packed = torch.full((n // 2,), 0xA5, dtype=torch.uint8, device="cuda")
     q_ref, q_fast = torch.empty_like(x), torch.empty_like(x)
-    _helpers_kernel[(triton.cdiv(n, 1024),)](x, code, q_ref, q_fast, n, BLOCK=1024)
-    assert torch.equal(code.cpu(), e2m1_codes(x.cpu()).to(torch.int32))
+    _helpers_kernel[(triton.cdiv(n, 1024),)](x, packed, q_ref, q_fast, n, BLOCK=1024)
+    codes = e2m1_codes(x.cpu())
+    assert torch.equal(packed.cpu(), (codes[0::2] | (codes[1::2] << 4)).to(torch.uint8))
     ax = x.abs()
     normal = ax >= 6 * 2.0**-126
     assert torch.equal(q_ref.view(torch.int32)[normal], q_fast.view(torch.int32)[normal])
