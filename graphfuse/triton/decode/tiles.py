@@ -80,7 +80,9 @@ def _kv_load(kv, blk, start, hi, offs_n, PAGE: tl.constexpr, offs_d, dmask, PAGE
 
 @triton.jit
 def _fp8_to_f16(v):
-    """e4m3 -> fp16 (exact) in registers, as an opaque conversion. A plain ``.to()`` of the
+    """e4m3 -> fp16 (exact) in registers, as an opaque conversion (inline asm marked impure,
+    which the compiler leaves where it is; element 0 of each 4 is the low byte of ``$2``, two
+    fp16 per output register, as Triton packs inline-asm operands). A plain ``.to()`` of the
     FP8 V tile is folded by Triton into the P·V operand load from shared memory; V's operand
     needs its tokens (rows) contiguous, so that load gathers single bytes (128 ``ld.shared.b8``
     a thread per 128-token tile). Converted first, V takes the 16-bit path: 16-byte copies
