@@ -20,19 +20,20 @@ pytestmark = [
 ]
 
 FP8 = torch.float8_e4m3fn
+DEV = "cuda"  # make_paged / run_case; tests/triton_kernels/_decode_cases.py runs them on "cpu"
 
 
 def make_paged(b, hq, hkv, d, block, max_blocks, kv_dtype, gen, q_dtype=torch.bfloat16):
     """Random q, KV cache (extra unused blocks), shuffled block tables and lengths (0, full
     and random)."""
     nblocks = b * max_blocks + 3
-    q = torch.randn((b, hq, d), generator=gen).to(q_dtype).cuda()
+    q = torch.randn((b, hq, d), generator=gen).to(q_dtype).to(DEV)
     cache = torch.randn((nblocks, 2, block, hkv, d), generator=gen)
     ks = vs = None
     if kv_dtype == FP8:
         cache = (cache * 64).to(FP8)
-        ks = torch.tensor([1 / 64.0], device="cuda")
-        vs = torch.tensor([1 / 48.0], device="cuda")
+        ks = torch.tensor([1 / 64.0], device=DEV)
+        vs = torch.tensor([1 / 48.0], device=DEV)
     else:
         cache = cache.to(kv_dtype)
     perm = torch.randperm(nblocks, generator=gen)[: b * max_blocks]
@@ -42,7 +43,7 @@ def make_paged(b, hq, hkv, d, block, max_blocks, kv_dtype, gen, q_dtype=torch.bf
     if b > 2:
         lens[1] = 0
     tables[lens == 0] = -1  # never dereferenced
-    return q, cache.cuda(), tables.cuda(), lens.cuda(), ks, vs
+    return q, cache.to(DEV), tables.to(DEV), lens.to(DEV), ks, vs
 
 
 def _cases(n: int, seed: int):
@@ -78,22 +79,22 @@ def run_case(c: dict, config: dict | None = None) -> None:
     amax = max(wide.abs().max().item(), 1e-6)
     ov = {k: c[k] for k in ("splits", "prefetch") if c.get(k) is not None}
     ov = {"config": {**ov, **(config or {})} or None}
-    o16 = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    o16 = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
     paged_into(*args, o16, 0, **ov)
     err = ((o16.float() - wide).norm() / wide.norm().clamp_min(1e-30)).item()
     assert not torch.isnan(o16).any() and err < 2e-2, (c, err)
-    s_o = torch.tensor([amax / 448.0], device="cuda")
-    o8 = torch.full(q.shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    s_o = torch.tensor([amax / 448.0], device=DEV)
+    o8 = torch.full(q.shape, 0xFF, dtype=torch.uint8, device=DEV).view(FP8)
     paged_into(*args, o8, 1, s_o, **ov)
     assert_fp8_close(o8, fp8_static_quant_ref(wide, s_o), wide, s_o, min_equal=0.9)
     b, hq, d = q.shape
-    g = torch.tensor([448 * 6 / amax], device="cuda")
-    pk = torch.full((b, hq * d // 2), 0xA5, dtype=torch.uint8, device="cuda")
+    g = torch.tensor([448 * 6 / amax], device=DEV)
+    pk = torch.full((b, hq * d // 2), 0xA5, dtype=torch.uint8, device=DEV)
     sf = torch.full(
         ((b + 127) // 128 * 128, (hq * d // 16 + 3) // 4 * 4),
         0xFF,
         dtype=torch.uint8,
-        device="cuda",
+        device=DEV,
     ).view(FP8)
     paged_into(*args, pk, 2, g, sf, **ov)
     w2 = wide.reshape(b, hq * d)

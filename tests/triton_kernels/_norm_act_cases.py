@@ -11,9 +11,8 @@ residual bit-equal): the RMSNorm kernels sum the squares as a tree and the activ
 hardware ``exp``, the two freedoms the kernels take from the reference's arithmetic.
 
 Under the interpreter (``python -m tests.triton_kernels._norm_act_cases --device cpu``, with
-``TRITON_INTERPRET=1``) :func:`interpreter_float_conversions` first replaces the
-interpreter's float conversions, which truncate (bf16) or round without carry (e4m3), by
-torch's round-to-nearest-even ones (e4m3 saturating, as the hardware's ``satfinite``).
+``TRITON_INTERPRET=1``) ``_interpreter.patch`` first makes the interpreter convert floats as
+the GPU does.
 """
 
 from __future__ import annotations
@@ -33,31 +32,6 @@ FP8 = torch.float8_e4m3fn
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 NORM_DTYPES = (None, torch.float32, torch.bfloat16, torch.float16)
 SPECIALS = (float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 1e4, -3e4, 1e-30)
-
-
-def interpreter_float_conversions() -> None:
-    """Makes the Triton CPU interpreter convert floats as the GPU does (see the module doc)."""
-    import numpy as np
-    from triton.runtime import interpreter
-
-    names = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-             "fp8e4nv": FP8}  # fmt: skip
-    ints = {8: (np.int8, torch.int8, np.uint8), 16: (np.int16, torch.int16, np.uint16),
-            32: (np.int32, torch.int32, np.uint32)}  # fmt: skip
-    original = interpreter._convert_float
-
-    def convert(data, src, dst, rounding_mode):
-        if src.name not in names or dst.name not in names:
-            return original(data, src, dst, rounding_mode)
-        src_np, _, _ = ints[src.primitive_bitwidth]
-        bits = torch.from_numpy(np.ascontiguousarray(data).view(src_np).copy())
-        v = bits.view(names[src.name]).float()
-        if dst.name == "fp8e4nv":
-            v = v.clamp(-448.0, 448.0)
-        _, dst_t, dst_np = ints[dst.primitive_bitwidth]
-        return v.to(names[dst.name]).view(dst_t).numpy().view(dst_np).reshape(data.shape)
-
-    interpreter._convert_float = convert
 
 
 # -- inputs ----------------------------------------------------------------------------------
@@ -335,7 +309,9 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="hidden <= 256, rows <= 33")
     args = ap.parse_args()
     if args.device == "cpu":
-        interpreter_float_conversions()
+        from ._interpreter import patch
+
+        patch()
     sizes = {}
     if args.small:
         sizes = {"hidden": (16, 64, 100, 160), "inter": (16, 64, 96, 160), "rows": (0, 1, 3, 33)}

@@ -1,0 +1,80 @@
+"""Makes the Triton CPU interpreter (``TRITON_INTERPRET=1``, Triton 3.6) run graphfuse's
+kernels as the GPU does, for the offline runs in this folder. Call :func:`patch` after
+``import triton`` and before any launch:
+
+- float conversions: the interpreter truncates (bf16) or rounds without carry (e4m3); torch's
+  round-to-nearest-even conversions replace them (e4m3 saturating, as the hardware's
+  ``satfinite``);
+- loops: ``range`` / ``tl.range`` bounds that come from program ids or arguments are
+  one-element arrays there, which numpy >= 2.4 refuses to turn into ints;
+- ``tl.dot`` of bf16 operands: stored as uint16, they were multiplied as integers;
+- the decode kernels' one inline asm (``decode/tiles._fp8_to_f16``, e4m3 -> fp16) is computed
+  with torch (the interpreter runs no asm; this checks everything around it, not the asm).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+FP8 = torch.float8_e4m3fn
+_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8e4nv": FP8}
+_INTS = {8: (np.int8, torch.int8, np.uint8), 16: (np.int16, torch.int16, np.uint16),
+         32: (np.int32, torch.int32, np.uint32)}  # fmt: skip
+
+
+def patch() -> None:
+    """Applies the four changes above to ``triton.runtime.interpreter``."""
+    import triton.language as tl
+    from triton.runtime import interpreter as I
+
+    original_convert = I._convert_float
+
+    def convert(data, src, dst, rounding_mode):
+        if src.name not in _NAMES or dst.name not in _NAMES:
+            return original_convert(data, src, dst, rounding_mode)
+        src_np, _, _ = _INTS[src.primitive_bitwidth]
+        bits = torch.from_numpy(np.ascontiguousarray(data).view(src_np).copy())
+        v = bits.view(_NAMES[src.name]).float()
+        if dst.name == "fp8e4nv":
+            v = v.clamp(-448.0, 448.0)
+        _, dst_t, dst_np = _INTS[dst.primitive_bitwidth]
+        return v.to(_NAMES[dst.name]).view(dst_t).numpy().view(dst_np).reshape(data.shape)
+
+    I._convert_float = convert
+
+    patch_tensor = I._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda t: int(np.asarray(t.handle.data).ravel()[0]))
+
+    I._patch_lang_tensor = patch_lang_tensor
+
+    dot = I.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        def wide(h):
+            if h.dtype.scalar != tl.bfloat16:
+                return h
+            f = (np.ascontiguousarray(h.data).astype(np.uint32) << 16).view(np.float32)
+            return I.TensorHandle(f, tl.float32)
+
+        return dot(self, wide(a), wide(b), d, input_precision, max_num_imprecise_acc)
+
+    I.InterpreterBuilder.create_dot = create_dot
+
+    def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
+        if "cvt.rn.f16x2.e4m3x2" not in asm or len(values) != 1:
+            raise NotImplementedError(f"no interpreter emulation for the inline asm {asm!r}")
+        data = np.ascontiguousarray(values[0].data)
+        out = torch.from_numpy(data.copy()).view(FP8).to(torch.float16).numpy()
+        handle = I.TensorHandle(out, tl.float16)
+
+        class _Call:
+            def get_result(self, i: int):
+                return handle
+
+        return _Call()
+
+    I.InterpreterBuilder.create_inline_asm = create_inline_asm
