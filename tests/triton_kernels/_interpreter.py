@@ -8,8 +8,9 @@ kernels as the GPU does, for the offline runs in this folder. Call :func:`patch`
 - loops: ``range`` / ``tl.range`` bounds that come from program ids or arguments are
   one-element arrays there, which numpy >= 2.4 refuses to turn into ints;
 - ``tl.dot`` of bf16 operands: stored as uint16, they were multiplied as integers;
-- the decode kernels' one inline asm (``decode/tiles._fp8_to_f16``, e4m3 -> fp16) is computed
-  with torch (the interpreter runs no asm; this checks everything around it, not the asm).
+- the kernels' inline asm (``_ASM``: the decode's e4m3 -> fp16, the activations' ``ex2`` and
+  ``rcp``) is computed with torch (the interpreter runs no asm; this checks everything around
+  it, not the asm).
 """
 
 from __future__ import annotations
@@ -21,6 +22,42 @@ FP8 = torch.float8_e4m3fn
 _NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8e4nv": FP8}
 _INTS = {8: (np.int8, torch.int8, np.uint8), 16: (np.int16, torch.int16, np.uint16),
          32: (np.int32, torch.int32, np.uint32)}  # fmt: skip
+
+
+def _flush(t: torch.Tensor) -> torch.Tensor:
+    """fp32 ``t`` with subnormals flushed to (signed) zero, as the ``.ftz`` instructions do."""
+    return torch.where(t.abs() < torch.finfo(torch.float32).tiny, t * 0.0, t)
+
+
+def _fp8_to_f16(data: np.ndarray):
+    out = torch.from_numpy(data.copy()).view(FP8).to(torch.float16).numpy()
+    return out, _tl().float16
+
+
+def _ex2_ftz(data: np.ndarray):
+    x = _flush(torch.from_numpy(data.astype(np.float32)))
+    return _flush(torch.exp2(x)).numpy(), _tl().float32
+
+
+def _rcp_ftz(data: np.ndarray):
+    x = _flush(torch.from_numpy(data.astype(np.float32)))
+    return _flush(1.0 / x).numpy(), _tl().float32
+
+
+def _tl():
+    import triton.language as tl
+
+    return tl
+
+
+# the kernels' inline asm, computed with torch: decode/tiles._fp8_to_f16 (e4m3 -> fp16),
+# norm_act/kernels._ex2 and _rcp (``ex2.approx.ftz`` / ``rcp.approx.ftz`` as exact results
+# with the flushes: the hardware's are within 2 / 1 ulp of these)
+_ASM = {
+    "cvt.rn.f16x2.e4m3x2": _fp8_to_f16,
+    "ex2.approx.ftz.f32": _ex2_ftz,
+    "rcp.approx.ftz.f32": _rcp_ftz,
+}
 
 
 def patch() -> None:
@@ -65,11 +102,11 @@ def patch() -> None:
     I.InterpreterBuilder.create_dot = create_dot
 
     def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
-        if "cvt.rn.f16x2.e4m3x2" not in asm or len(values) != 1:
+        emulate = next((f for key, f in _ASM.items() if key in asm), None)
+        if emulate is None or len(values) != 1:
             raise NotImplementedError(f"no interpreter emulation for the inline asm {asm!r}")
-        data = np.ascontiguousarray(values[0].data)
-        out = torch.from_numpy(data.copy()).view(FP8).to(torch.float16).numpy()
-        handle = I.TensorHandle(out, tl.float16)
+        out, dtype = emulate(np.ascontiguousarray(values[0].data))
+        handle = I.TensorHandle(out, dtype)
 
         class _Call:
             def get_result(self, i: int):

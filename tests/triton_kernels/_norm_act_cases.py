@@ -8,7 +8,8 @@ between differing bytes, the NVFP4 RMSE ratio, whether the residual is bit-equal
 :func:`failures` applies docs/numerics.md's GPU acceptance to every kernel (FP8 bytes within
 one step, at least 99% equal; NVFP4 block scales within one step, RMSE at most 1.05x; the
 residual bit-equal): the RMSNorm kernels sum the squares as a tree and the activations use the
-hardware ``exp``, the two freedoms the kernels take from the reference's arithmetic.
+hardware's ``exp`` and reciprocal, the freedoms the kernels take from the reference's
+arithmetic.
 
 Under the interpreter (``python -m tests.triton_kernels._norm_act_cases --device cpu``, with
 ``TRITON_INTERPRET=1``) ``_interpreter.patch`` first makes the interpreter convert floats as

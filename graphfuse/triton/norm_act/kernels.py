@@ -3,10 +3,10 @@
 
 The arithmetic is ``graphfuse/ops/norm_act_ref.py``'s, operation for operation (every
 division ``div_rn``, the square root ``sqrt_rn``, no fused multiply-add: the launchers
-compile with ``enable_fp_fusion=False``), with two freedoms docs/numerics.md's GPU acceptance
-allows: the sum of squares is a tree reduction over the row, and the activations' ``exp`` is
-the hardware's ``ex2.approx`` (within 2 ulp of the reference's polynomial; the polynomial
-made the SiLU kernels compute-bound on the H200).
+compile with ``enable_fp_fusion=False``), with the freedoms docs/numerics.md's GPU acceptance
+allows: the sum of squares is a tree reduction over the row, and the activations' ``exp`` and
+division are the hardware's ``ex2.approx`` and ``rcp.approx`` (within 2 and 1 ulp; the
+reference's exp polynomial and ``div_rn`` made the SiLU kernels compute-bound on the H200).
 
 The NVFP4 kernels read their inputs two elements per word (``split_pairs``: int32 words of
 16-bit floats, int64 words of fp32), so an NVFP4 block's 16 values are 8 words of a
@@ -33,19 +33,47 @@ from ..formats import (
 _GELU_BETA2 = tl.constexpr(1.5957691216057308)
 _GELU_KAPPA = tl.constexpr(0.044715)
 
+_NEG_LOG2E = tl.constexpr(-1.4426950408889634)
+
 SILU = tl.constexpr(0)
 GELU_TANH = tl.constexpr(1)
 
 
 @triton.jit
+def _ex2(x):
+    """``2**x`` by the hardware's ``ex2.approx.ftz`` (one MUFU instruction, about 2 ulp;
+    denormal inputs and results are zeros)."""
+    return tl.inline_asm_elementwise(
+        "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
+def _rcp(x):
+    """``1 / x`` by the hardware's ``rcp.approx.ftz`` (one MUFU instruction, about 1 ulp;
+    ``1 / x`` below the normal range is zero)."""
+    return tl.inline_asm_elementwise(
+        "rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
 def activation(v, ACT: tl.constexpr):
-    """``silu`` (``ACT == SILU``) or ``gelu_tanh`` of fp32 ``v``, in fp32:
-    ``v / (1 + exp(-k))`` with ``k = v`` or ``sqrt(8/pi) * (v + 0.044715 v^3)``."""
+    """``silu`` (``ACT == SILU``) or ``gelu_tanh`` of fp32 ``v``, in fp32: the reference's
+    ``v / (1 + exp(-k))`` with ``k = v`` or ``sqrt(8/pi) * (v + 0.044715 v^3)``, the exp and
+    the reciprocal by the hardware (``_ex2``, ``_rcp``: no denormal or division slow paths).
+
+    Computed as ``(v / 4) * (1 / (exp(-k) / 4 + 1 / 4))``: exact scalings by 4 keep the
+    reciprocal's argument below ``2**126`` wherever the reference's ``1 + exp(-k)`` is finite,
+    so its result stays normal (``rcp.approx.ftz`` flushes results below ``2**-126``), and
+    where ``exp(-k)`` overflows in the reference (``-k > 88.72``) the argument is at least
+    ``2**126`` and the result flushes to zero: ``v * 0`` as the reference's ``v / inf``."""
     if ACT == GELU_TANH:
         k = (v + ((v * v) * v) * _GELU_KAPPA) * _GELU_BETA2
     else:
         k = v
-    return tl.math.div_rn(v, 1.0 + tl.exp(-k))
+    quarter_exp = _ex2(tl.fma(k, _NEG_LOG2E, -2.0))  # exp(-k) / 4
+    return (v * 0.25) * _rcp(quarter_exp + 0.25)
 
 
 @triton.jit

@@ -25,6 +25,7 @@ FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 ACTIVATIONS = {"silu": SILU.value, "gelu_tanh": GELU_TANH.value}
 CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
 NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
+ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
 PAD_ROWS = 32  # swizzled-scale padding rows an NVFP4 program zeroes
 
 
@@ -210,5 +211,5 @@ def act_and_mul_quant_nvfp4_into(
     act_and_mul_nvfp4_kernel[(_programs(m, sshape[0]), triton.cdiv(sshape[1], nb))](
         g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         g2.stride(0), u2.stride(0), DT=TL_DTYPE[gate.dtype], ACT=act, SWIZZLE=bool(swizzle),
-        NB=nb, PAD_ROWS=PAD_ROWS, num_warps=4, **_EXACT,
+        NB=nb, PAD_ROWS=PAD_ROWS, num_warps=ACT_NVFP4_WARPS, **_EXACT,
     )  # fmt: skip
