@@ -61,10 +61,13 @@ _ASM = {
 
 
 def patch() -> None:
-    """Applies the four changes above to ``triton.runtime.interpreter``."""
+    """Applies the four changes above to ``triton.runtime.interpreter`` (once a process)."""
     import triton.language as tl
     from triton.runtime import interpreter as I
 
+    if getattr(I, "_graphfuse_patched", False):
+        return
+    I._graphfuse_patched = True
     original_convert = I._convert_float
 
     def convert(data, src, dst, rounding_mode):
