@@ -78,7 +78,9 @@ def _norm_args(
     op: str, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
     residual_out: torch.Tensor | None, norm_dtype: torch.dtype | None, weight_first: bool,
 ) -> tuple:  # fmt: skip
-    """Checks a norm call; returns the kernel's leading arguments and constexprs."""
+    """Checks a norm call; returns the kernel's leading arguments ``(x, residual,
+    residual_out, weight)`` (x and residual as ``[M, K]`` rows; both x where there is no
+    residual) and the constexprs both norm kernels take."""
     if x.dtype not in FLOATS or weight.dtype not in FLOATS or x.dim() < 1:
         _fail(op, f"x and weight must be float32 / bfloat16 / float16: {x.dtype}, {weight.dtype}")
     k = x.shape[-1]
@@ -97,16 +99,13 @@ def _norm_args(
         _check_out(op, "residual_out", residual_out, x.shape, x.dtype)
         r2, r_out = rows_2d(residual), residual_out
     out_dt = torch.promote_types(norm_dt, weight.dtype)
-    block = triton.next_power_of_2(max(k, 1))
-    args = (x2, r2, r_out, weight.contiguous())
     meta = {
         "HAS_RES": residual is not None,
         "NORM_DT": TL_DTYPE[norm_dt],
         "OUT_DT": TL_DTYPE[out_dt],
         "WEIGHT_FIRST": bool(weight_first),
-        "num_warps": 4 if block <= 1024 else 8 if block <= 4096 else 16,
     }
-    return args, (x2.stride(0), r2.stride(0)), block, meta
+    return (x2, r2, r_out, weight.contiguous()), meta
 
 
 def rms_norm_quant_fp8_into(
@@ -118,15 +117,16 @@ def rms_norm_quant_fp8_into(
     shaped like x) and, with ``residual``, ``x + residual`` into ``residual_out``."""
     op = "add_rms_norm_quant_fp8" if residual is not None else "rms_norm_quant_fp8"
     check_scale(op, "scale", scale, x.device)
-    args, strides, block, meta = _norm_args(
-        op, x, weight, residual, residual_out, norm_dtype, weight_first
-    )
+    args, meta = _norm_args(op, x, weight, residual, residual_out, norm_dtype, weight_first)
     _check_out(op, "out", out, x.shape, FP8)
-    m, k = args[0].shape
+    x2, r2 = args[:2]
+    m, k = x2.shape
     if m and k:
+        block = triton.next_power_of_2(k)
         rms_norm_fp8_kernel[(m,)](
-            *args, scale, out, k, *strides, float(eps), BLOCK=block, **meta, **_EXACT
-        )
+            *args, scale, out, k, x2.stride(0), r2.stride(0), float(eps), BLOCK=block,
+            num_warps=4 if block <= 1024 else 8 if block <= 4096 else 16, **meta, **_EXACT,
+        )  # fmt: skip
 
 
 def rms_norm_quant_nvfp4_into(
@@ -141,7 +141,7 @@ def rms_norm_quant_nvfp4_into(
     op = "add_rms_norm_quant_nvfp4" if residual is not None else "rms_norm_quant_nvfp4"
     check_scale(op, "global_scale", global_scale, x.device)
     m, k = nvfp4_rows_cols(op, x.shape, x.shape[-1] if x.dim() else 0)
-    args, _, _, meta = _norm_args(op, x, weight, residual, residual_out, norm_dtype, weight_first)
+    args, meta = _norm_args(op, x, weight, residual, residual_out, norm_dtype, weight_first)
     sshape = nvfp4_scale_shape(m, k, swizzle)
     _check_out(op, "packed", packed, (m, k // 2), torch.uint8)
     _check_out(op, "block_scale", block_scale, sshape, FP8)
@@ -149,11 +149,11 @@ def rms_norm_quant_nvfp4_into(
         return
     x2, r2, r_out, w = (words(t.view(-1, k)) for t in args)
     nb = triton.next_power_of_2(sshape[1])  # a row covers the padding block columns too
-    meta["num_warps"] = 4 if nb <= 128 else 8 if nb <= 512 else 16
     rms_norm_nvfp4_kernel[(_programs(m, sshape[0]),)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         x2.stride(0), r2.stride(0), float(eps), DT=TL_DTYPE[x.dtype], W_DT=TL_DTYPE[weight.dtype],
-        SWIZZLE=bool(swizzle), NB=nb, PAD_ROWS=PAD_ROWS, **meta, **_EXACT,
+        SWIZZLE=bool(swizzle), NB=nb, PAD_ROWS=PAD_ROWS,
+        num_warps=4 if nb <= 128 else 8 if nb <= 512 else 16, **meta, **_EXACT,
     )  # fmt: skip
 
 
