@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
+_G_ONE_MULTIPLY = tl.constexpr(2.0**118)  # scaled_for_e2m1
 
 
 @triton.jit
@@ -118,16 +119,30 @@ def nvfp4_block_scale_exact(amax, g):
     """docs/numerics.md's NVFP4 block scale, bit-exact with ``quant_ref.nvfp4_quant_ref`` (the
     quant op): ``sf = e4m3(g * (amax / 6))``, encode multiplier ``inv = 1 / (sf / g)`` (0 for
     a zero scale), every division ``div_rn``. Returns (``inv``, ``big``, the scale byte):
-    encode a value ``x`` as the e2m1 code of ``x * inv * big``. An infinite or NaN ``inv`` (only
-    for ``g = inf``) becomes FLT_MAX, and ``big`` is FLT_MAX where ``inv`` was infinite, else
-    1: every nonzero ``x`` still overflows to +-inf (code +-6) and +-0 stays +-0 with no
-    per-element test (``0 * inf`` would be NaN)."""
+    encode a value ``x`` as the e2m1 code of ``x * inv * big`` (``scaled_for_e2m1``). An
+    infinite or NaN ``inv`` (``g = inf``, or ``g > 2**118`` with a tiny scale) becomes FLT_MAX,
+    and ``big`` is FLT_MAX where ``inv`` was infinite, else 1: every nonzero ``x`` still
+    overflows to +-inf (code +-6) and +-0 stays +-0 with no per-element test (``0 * inf``
+    would be NaN)."""
     one = tl.full(amax.shape, 1.0, tl.float32)
     sf8 = e4m3(g * tl.math.div_rn(amax, one * 6.0))
     sf = sf8.to(tl.float32)
     inv = tl.where(sf == 0.0, 0.0, tl.math.div_rn(one, tl.math.div_rn(sf, one * g)))
     big = tl.where(inv > FLT_MAX, FLT_MAX, 1.0)
     return tl.where(inv < FLT_MAX, inv, FLT_MAX), big, _scale_byte(sf8, amax)
+
+
+@triton.jit
+def scaled_for_e2m1(x, inv, big, g):
+    """``x * inv * big`` with ``nvfp4_block_scale_exact``'s ``inv`` / ``big`` (broadcast to
+    ``x`` by the caller), one multiply when the global scale ``g`` is below ``2**118``: a
+    nonzero e4m3 scale is at least ``2**-9``, so ``sf / g > 2**-127``, no block's ``inv``
+    overflowed and every ``big`` is 1 (``g`` is one value, so the branch is uniform)."""
+    if g < _G_ONE_MULTIPLY:
+        y = x * inv
+    else:
+        y = x * inv * big
+    return y
 
 
 @triton.jit

@@ -112,16 +112,20 @@ def test_nvfp4_quant_dequant_bit_exact(seed: int, swizzle: bool) -> None:
             assert _same_float(out, dref), (m, k, odt)
 
 
-@pytest.mark.parametrize("g", [float("inf"), 3e38, 1e-30, 0.0])
+@pytest.mark.parametrize("g", [float("inf"), 2.0**120, 3e38, 1e-30, 0.0])
 def test_nvfp4_quant_extreme_global_scale(g: float) -> None:
     """Global scales at the ends of fp32: g = inf makes the encode multiplier infinite (every
-    nonzero value encodes to +-6, +-0 stays +-0), 3e38 / 1e-30 saturate or flush the block
-    scales; bytes equal the reference's outside NaN blocks."""
+    nonzero value encodes to +-6, +-0 stays +-0), and so does a finite g above 2**118 for a
+    block of tiny values (row 3: amax 2**-126 gives the smallest scale 2**-9, and
+    1 / (2**-9 / 2**120) overflows); 3e38 / 1e-30 saturate or flush the block scales; bytes
+    equal the reference's outside NaN blocks."""
     from graphfuse.triton.quant.launch import nvfp4_quant_into, nvfp4_scale_shape
 
     x = _rand((130, 64), torch.bfloat16, 5)
     x[1, :16] = 0.0
     x[2, 16:32] = -0.0
+    tiny = torch.linspace(0.5, 1.0, 16) * 2.0**-126 * torch.tensor([1.0, -1.0]).repeat(8)
+    x[3, :16] = tiny.to(torch.bfloat16).cuda()
     gt = torch.tensor(g, device="cuda")
     packed = torch.full((130, 32), 0xA5, dtype=torch.uint8, device="cuda")
     sf = torch.full(nvfp4_scale_shape(130, 64, True), 0x11, dtype=torch.uint8, device="cuda")

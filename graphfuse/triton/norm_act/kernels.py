@@ -25,6 +25,7 @@ from ..formats import (
     e4m3,
     nan_max,
     nvfp4_block_scale_exact,
+    scaled_for_e2m1,
     swizzled_offset,
     zero_sf_rows,
 )
@@ -90,6 +91,19 @@ def split_pairs(w, DT: tl.constexpr):
 
 
 @triton.jit
+def split_pairs_f32(w, DT: tl.constexpr):
+    """``split_pairs`` for values that feed only fp32 arithmetic: bf16 halves by a shift and
+    a mask (one instruction a value). Where a value feeds a 16-bit product or sum rounded back
+    to its dtype, ``split_pairs`` lets the compiler keep that operation in packed bf16."""
+    if DT == tl.bfloat16:
+        lo = (w << 16).to(tl.float32, bitcast=True)
+        hi = (w & -65536).to(tl.float32, bitcast=True)
+    else:
+        lo, hi = split_pairs(w, DT)
+    return lo, hi
+
+
+@triton.jit
 def join_pairs(lo, hi, DT: tl.constexpr):
     """The words of ``split_pairs`` from fp32 values ``lo`` / ``hi`` rounded to ``DT``."""
     if DT.primitive_bitwidth == 16:
@@ -112,7 +126,8 @@ def store_nvfp4_pairs(
     the real block columns (< K/16) and their scale bytes, with ``SWIZZLE`` also zeros in the
     layout's padding columns (up to ``KB_PAD``)."""
     inv, big, sbits = nvfp4_block_scale_exact(nan_max(amax_along(ze, 1), amax_along(zo, 1)), g)
-    packed = e2m1_byte(ze * inv[:, None] * big[:, None], zo * inv[:, None] * big[:, None])
+    inv, big = inv[:, None], big[:, None]
+    packed = e2m1_byte(scaled_for_e2m1(ze, inv, big, g), scaled_for_e2m1(zo, inv, big, g))
     row64 = row.to(tl.int64)
     real = kb < K // 16
     pcols = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
@@ -188,12 +203,15 @@ def rms_norm_nvfp4_kernel(
         words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
         row64 = row.to(tl.int64)
         mask = kb[:, None] < K // 16
-        ve, vo = split_pairs(tl.load(x_ptr + row64 * sx + words, mask=mask, other=0), DT)
+        xw = tl.load(x_ptr + row64 * sx + words, mask=mask, other=0)
         if HAS_RES:
+            ve, vo = split_pairs(xw, DT)
             re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
             ve = (ve + re).to(DT).to(tl.float32)
             vo = (vo + ro).to(DT).to(tl.float32)
             tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
+        else:
+            ve, vo = split_pairs_f32(xw, DT)
         r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
         we, wo = split_pairs(tl.load(w_ptr + words, mask=mask, other=0), W_DT)
         ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
@@ -244,7 +262,7 @@ def act_and_mul_nvfp4_kernel(
         words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
         row64 = row.to(tl.int64)
         mask = kb[:, None] < K // 16
-        ge, go = split_pairs(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
+        ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
         ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
         pe = act_and_mul(ge, ue, DT, ACT)
         po = act_and_mul(go, uo, DT, ACT)

@@ -11,6 +11,7 @@ from ..formats import (
     e4m3,
     nvfp4_block_scale_exact,
     pack_e2m1,
+    scaled_for_e2m1,
     swizzled_offset,
 )
 
@@ -54,8 +55,9 @@ def nvfp4_quant_kernel(
     valid = (rows[:, None] < M) & (cols[None, :] < K)
     x = tl.load(x_ptr + rows64[:, None] * K + cols[None, :], mask=valid, other=0.0)
     xb = tl.reshape(x.to(tl.float32), (BM, NB, 16))
-    inv, big, sbits = nvfp4_block_scale_exact(block_amax(xb), tl.load(g_ptr).to(tl.float32))
-    packed = pack_e2m1(xb * inv[:, :, None] * big[:, :, None])
+    g = tl.load(g_ptr).to(tl.float32)
+    inv, big, sbits = nvfp4_block_scale_exact(block_amax(xb), g)
+    packed = pack_e2m1(scaled_for_e2m1(xb, inv[:, :, None], big[:, :, None], g))
     pcols = tl.program_id(1) * NB * 8 + tl.arange(0, NB * 8)
     pmask = (rows[:, None] < M) & (pcols[None, :] < K // 2)
     tl.store(packed_ptr + rows64[:, None] * (K // 2) + pcols[None, :], packed, mask=pmask)
