@@ -4,7 +4,7 @@ encode and decode (``e2m1_byte``, ``e2m1_value``), the NVFP4 block amax (``block
 ``amax_along``, ``nan_max``), the two block scale forms (``nvfp4_block_scale_exact`` for the
 quant ops, ``nvfp4_block_scale`` for the attention epilogues), nibble packing
 (``pack_e2m1``), the swizzled scale offsets (``swizzled_offset``) and the zeros of that
-layout's padding rows (``zero_sf_rows``).
+layout's padding rows (``zero_sf_pad``).
 
 Imported only from the kernel modules, never at ``import graphfuse``.
 """
@@ -179,10 +179,21 @@ def swizzled_offset(m, k, n_ktiles):
 
 
 @triton.jit
-def zero_sf_rows(SF, r0, M, kb, KB_PAD, ROWS: tl.constexpr):
-    """Zeroes the swizzled NVFP4 scale bytes of rows ``r0 .. r0 + ROWS - 1`` that lie in the
-    layout's padding (below ``M`` rounded up to 128), block columns ``kb`` (< ``KB_PAD``)."""
-    r = r0 + tl.arange(0, ROWS)
-    mask = (r[:, None] < (M + 127) // 128 * 128) & (kb[None, :] < KB_PAD)
-    offs = swizzled_offset(r.to(tl.int64)[:, None], kb[None, :], KB_PAD // 4)
-    tl.store(SF + offs, tl.zeros([ROWS, kb.shape[0]], tl.uint8), mask=mask)
+def zero_sf_pad(SF, M, KBPAD, pid, nprog, PADW: tl.constexpr):
+    """Zeroes the swizzled NVFP4 scale bytes of padding rows ``M .. round_up(M, 128) - 1``
+    (every column of ``KBPAD``, a multiple of 4); program ``pid`` of ``nprog`` takes an equal
+    share. A row's 4 columns of one column tile are one aligned 32-bit word of the swizzled
+    layout, so the zeros go out as words. The real rows are written by the quantizer (no
+    byte is written twice), so any program of the launch may do this."""
+    if M % 128 != 0:  # (M a multiple of 128: no padding rows, and no division below)
+        kt = KBPAD // 4
+        n = (128 - M % 128) * kt  # words
+        per = (n + nprog - 1) // nprog
+        lo = pid * per
+        hi = tl.minimum(lo + per, n)
+        SFW = SF.to(tl.pointer_type(tl.int32), bitcast=True)
+        for s in tl.range(lo, hi, PADW):
+            offs = s + tl.arange(0, PADW)
+            r = M + offs // kt
+            byte = swizzled_offset(r, (offs % kt) * 4, kt)
+            tl.store(SFW + byte // 4, tl.zeros([PADW], tl.int32), mask=offs < hi)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .tiles import q_prep, walk_kv, write_rows, zero_sf_pad
+from ..formats import zero_sf_pad
+from .tiles import q_prep, walk_kv, write_rows
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """Device helpers of the decode kernels (``kernels.py``): the query prologue, the KV tile
 walk (block-table gather, register double-buffering or Triton's pipeliner), the
-online-softmax step, the epilogue and in-kernel zeroing of the NVFP4 scale padding.
+online-softmax step and the epilogue (the NVFP4 scale padding is ``formats.zero_sf_pad``'s).
 
 A program's query rows (the ``G`` heads of one KV head, padded to 16 for the tensor cores) are
 the MMA's M side: ``S = q·Kᵀ`` with ``q [RP, DP]`` and the K tile loaded ``[DP, N]``.
@@ -14,7 +14,6 @@ import triton
 import triton.language as tl
 
 from ..epilogue import store_attention_acc
-from ..formats import swizzled_offset
 
 
 @triton.jit
@@ -166,23 +165,3 @@ def write_rows(
         acc, inv_l, row_off, row_off // NV_K, row_off % NV_K, hmask, OUT, OSC, SF,
         D, NV_K, NV_KBPAD, OUT_KIND, DP,
     )  # fmt: skip
-
-
-@triton.jit
-def zero_sf_pad(SF, M, KBPAD, pid, nprog, PADW: tl.constexpr):
-    """Zeroes the swizzled NVFP4 scale bytes of padding rows ``M .. round_up(M, 128) - 1``
-    (every column of ``KBPAD``, a multiple of 4); program ``pid`` of ``nprog`` takes an equal
-    share. A row's 4 columns of one column tile are one aligned 32-bit word of the swizzled
-    layout, so the zeros go out as words. The real rows are written by the quantizer (no
-    byte is written twice), so any program of the launch may do this."""
-    kt = KBPAD // 4
-    n = ((M + 127) // 128 * 128 - M) * kt  # words
-    per = (n + nprog - 1) // nprog
-    lo = pid * per
-    hi = tl.minimum(lo + per, n)
-    SFW = SF.to(tl.pointer_type(tl.int32), bitcast=True)
-    for s in tl.range(lo, hi, PADW):
-        offs = s + tl.arange(0, PADW)
-        r = M + offs // kt
-        byte = swizzled_offset(r, (offs % kt) * 4, kt)
-        tl.store(SFW + byte // 4, tl.zeros([PADW], tl.int32), mask=offs < hi)

@@ -27,7 +27,7 @@ from ..formats import (
     nvfp4_block_scale_exact,
     scaled_for_e2m1,
     swizzled_offset,
-    zero_sf_rows,
+    zero_sf_pad,
 )
 
 # gelu_tanh (norm_act_ref.GELU_BETA2, GELU_KAPPA)
@@ -192,34 +192,32 @@ def rms_norm_nvfp4_kernel(
     x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sx, sr, eps,
     DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
     OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
-    PAD_ROWS: tl.constexpr,
 ):  # fmt: skip
-    """Program ``row < M``: the row as ``[NB, 8]`` words (x, residual and weight through
+    """Program ``row``: the row as ``[NB, 8]`` words (x, residual and weight through
     ``split_pairs``; strides in words), RMSNorm as ``rms_norm_fp8_kernel``, then NVFP4 of the
-    row. Programs from M on zero ``PAD_ROWS`` rows each of the swizzled layout's padding."""
+    row; with ``SWIZZLE`` also its share of the layout's padding rows."""
     row = tl.program_id(0)
     kb = tl.arange(0, NB)
-    if row < M:
-        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-        row64 = row.to(tl.int64)
-        mask = kb[:, None] < K // 16
-        xw = tl.load(x_ptr + row64 * sx + words, mask=mask, other=0)
-        if HAS_RES:
-            ve, vo = split_pairs(xw, DT)
-            re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
-            ve = (ve + re).to(DT).to(tl.float32)
-            vo = (vo + ro).to(DT).to(tl.float32)
-            tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
-        else:
-            ve, vo = split_pairs_f32(xw, DT)
-        r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
-        we, wo = split_pairs(tl.load(w_ptr + words, mask=mask, other=0), W_DT)
-        ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
-        zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
-        g = tl.load(g_ptr).to(tl.float32)
-        store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+    words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+    row64 = row.to(tl.int64)
+    mask = kb[:, None] < K // 16
+    xw = tl.load(x_ptr + row64 * sx + words, mask=mask, other=0)
+    if HAS_RES:
+        ve, vo = split_pairs(xw, DT)
+        re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
+        ve = (ve + re).to(DT).to(tl.float32)
+        vo = (vo + ro).to(DT).to(tl.float32)
+        tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
     else:
-        zero_sf_rows(scale_ptr, M + (row - M) * PAD_ROWS, M, kb, KB_PAD, PAD_ROWS)
+        ve, vo = split_pairs_f32(xw, DT)
+    r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
+    we, wo = split_pairs(tl.load(w_ptr + words, mask=mask, other=0), W_DT)
+    ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    g = tl.load(g_ptr).to(tl.float32)
+    store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+    if SWIZZLE:
+        zero_sf_pad(scale_ptr, M, KB_PAD, row, M, NB * 8)
 
 
 @triton.jit
@@ -250,23 +248,22 @@ def act_and_mul_fp8_kernel(
 def act_and_mul_nvfp4_kernel(
     gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sg, su,
     DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
-    PAD_ROWS: tl.constexpr,
 ):  # fmt: skip
-    """Program (row < M, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
+    """Program (row, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
     one row, read as ``[NB, 8]`` words (strides in words); with ``SWIZZLE`` the chunks also
-    cover the padding block columns (zero scales). Programs from row M on zero ``PAD_ROWS``
-    rows each of the swizzled layout's padding rows."""
+    cover the padding block columns (zero scales), and every program zeroes its share of the
+    layout's padding rows."""
     row = tl.program_id(0)
     kb = tl.program_id(1) * NB + tl.arange(0, NB)
-    if row < M:
-        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-        row64 = row.to(tl.int64)
-        mask = kb[:, None] < K // 16
-        ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
-        ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
-        pe = act_and_mul(ge, ue, DT, ACT)
-        po = act_and_mul(go, uo, DT, ACT)
-        g = tl.load(g_ptr).to(tl.float32)
-        store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
-    else:
-        zero_sf_rows(scale_ptr, M + (row - M) * PAD_ROWS, M, kb, KB_PAD, PAD_ROWS)
+    words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+    row64 = row.to(tl.int64)
+    mask = kb[:, None] < K // 16
+    ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
+    ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
+    pe = act_and_mul(ge, ue, DT, ACT)
+    po = act_and_mul(go, uo, DT, ACT)
+    g = tl.load(g_ptr).to(tl.float32)
+    store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+    if SWIZZLE:
+        pid = row * tl.num_programs(1) + tl.program_id(1)
+        zero_sf_pad(scale_ptr, M, KB_PAD, pid, M * tl.num_programs(1), NB * 8)

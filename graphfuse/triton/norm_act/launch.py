@@ -26,15 +26,6 @@ ACTIVATIONS = {"silu": SILU.value, "gelu_tanh": GELU_TANH.value}
 CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
 NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
 ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
-PAD_ROWS = 32  # swizzled-scale padding rows an NVFP4 program zeroes
-
-
-def _programs(m: int, scale_rows: int) -> int:
-    """Programs along the rows of an NVFP4 launch: one per row, then one per ``PAD_ROWS``
-    rows of the swizzled scales' padding (``scale_rows - m``; none for linear scales)."""
-    return m + triton.cdiv(scale_rows - m, PAD_ROWS)
-
-
 # no fused multiply-add: the kernels round every product as norm_act_ref does
 _EXACT = {"enable_fp_fusion": False}
 
@@ -149,11 +140,11 @@ def rms_norm_quant_nvfp4_into(
         return
     x2, r2, r_out, w = (words(t.view(-1, k)) for t in args)
     nb = triton.next_power_of_2(sshape[1])  # a row covers the padding block columns too
-    rms_norm_nvfp4_kernel[(_programs(m, sshape[0]),)](
+    rms_norm_nvfp4_kernel[(m,)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         x2.stride(0), r2.stride(0), float(eps), DT=TL_DTYPE[x.dtype], W_DT=TL_DTYPE[weight.dtype],
-        SWIZZLE=bool(swizzle), NB=nb, PAD_ROWS=PAD_ROWS,
-        num_warps=4 if nb <= 128 else 8 if nb <= 512 else 16, **meta, **_EXACT,
+        SWIZZLE=bool(swizzle), NB=nb, num_warps=4 if nb <= 128 else 8 if nb <= 512 else 16,
+        **meta, **_EXACT,
     )  # fmt: skip
 
 
@@ -208,8 +199,8 @@ def act_and_mul_quant_nvfp4_into(
         return
     g2, u2 = words(g2), words(u2)
     nb = min(NB_ACT, triton.next_power_of_2(sshape[1]))
-    act_and_mul_nvfp4_kernel[(_programs(m, sshape[0]), triton.cdiv(sshape[1], nb))](
+    act_and_mul_nvfp4_kernel[(m, triton.cdiv(sshape[1], nb))](
         g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         g2.stride(0), u2.stride(0), DT=TL_DTYPE[gate.dtype], ACT=act, SWIZZLE=bool(swizzle),
-        NB=nb, PAD_ROWS=PAD_ROWS, num_warps=ACT_NVFP4_WARPS, **_EXACT,
+        NB=nb, num_warps=ACT_NVFP4_WARPS, **_EXACT,
     )  # fmt: skip
