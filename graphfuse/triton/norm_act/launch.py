@@ -26,6 +26,7 @@ ACTIVATIONS = {"silu": SILU.value, "gelu_tanh": GELU_TANH.value}
 CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
 NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
 ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
+
 # no fused multiply-add: the kernels round every product as norm_act_ref does
 _EXACT = {"enable_fp_fusion": False}
 
