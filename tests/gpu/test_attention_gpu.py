@@ -28,16 +28,17 @@ pytestmark = [
 ]
 
 FP8 = torch.float8_e4m3fn
+DEV = "cuda"  # make_inputs / make_mask / run_case; tests/triton_kernels/_prefill_cases.py: "cpu"
 
 
 def make_inputs(b, hq, hkv, sq, skv, d, dtype, gen: torch.Generator):
-    """Fresh random q, k, v (and dequant scales for FP8) on CUDA."""
+    """Fresh random q, k, v (and dequant scales for FP8) on ``DEV``."""
 
     def one(shape):
         x = torch.randn(shape, generator=gen)
         if dtype == FP8:
-            return (x * 64).to(FP8).cuda(), torch.tensor([1 / 64.0], device="cuda")
-        return x.to(dtype).cuda(), None
+            return (x * 64).to(FP8).to(DEV), torch.tensor([1 / 64.0], device=DEV)
+        return x.to(dtype).to(DEV), None
 
     (q, qs), (k, ks), (v, vs) = one((b, hq, sq, d)), one((b, hkv, skv, d)), one((b, hkv, skv, d))
     return q, k, v, qs, ks, vs
@@ -49,8 +50,8 @@ def make_mask(kind: str, b, hq, sq, skv, gen: torch.Generator):
     if kind == "bool":
         m = torch.rand((b, 1, sq, skv), generator=gen) > 0.3
         m[:, :, 0] = False  # a fully masked row must give zeros
-        return m.cuda()
-    return (torch.randn((1, hq, sq, skv), generator=gen) * 2).cuda()
+        return m.to(DEV)
+    return (torch.randn((1, hq, sq, skv), generator=gen) * 2).to(DEV)
 
 
 def _cases(n: int, seed: int):
@@ -93,7 +94,7 @@ def run_case(c: dict, precision: str = "default", config: dict | None = None) ->
     amax = max(wide.abs().max().item(), 1e-6)
     shape = out_shape(c["layout"], b, hq, sq, d)
     # 16-bit output
-    o16 = torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    o16 = torch.full(shape, float("nan"), dtype=torch.bfloat16, device=DEV)
     run(*args, o16, 0, config=config)
     err = ((o16.float() - wide).norm() / wide.norm().clamp_min(1e-30)).item()
     fast = precision == "fast" and c["dtype"] == FP8
@@ -103,8 +104,8 @@ def run_case(c: dict, precision: str = "default", config: dict | None = None) ->
         max_err = (o16.float() - wide).abs().max().item()
         assert max_err <= 0.025 * amax, (c, max_err, amax)
     # FP8 output
-    s_o = torch.tensor([amax / 448.0], device="cuda")
-    o8 = torch.full(shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    s_o = torch.tensor([amax / 448.0], device=DEV)
+    o8 = torch.full(shape, 0xFF, dtype=torch.uint8, device=DEV).view(FP8)
     run(*args, o8, 1, s_o, config=config)
     ref8 = fp8_static_quant_ref(wide, s_o)
     if fast:
@@ -117,13 +118,13 @@ def run_case(c: dict, precision: str = "default", config: dict | None = None) ->
     # NVFP4 output
     if d % 16 == 0:
         m, kk = nvfp4_rows_cols(c["layout"], b, hq, sq, d)
-        g = torch.tensor([448 * 6 / amax], device="cuda")
-        pk = torch.full((m, kk // 2), 0xA5, dtype=torch.uint8, device="cuda")
+        g = torch.tensor([448 * 6 / amax], device=DEV)
+        pk = torch.full((m, kk // 2), 0xA5, dtype=torch.uint8, device=DEV)
         sf = torch.full(
             ((m + 127) // 128 * 128, (kk // 16 + 3) // 4 * 4),
             0xFF,
             dtype=torch.uint8,
-            device="cuda",
+            device=DEV,
         ).view(FP8)
         run(*args, pk, 2, g, sf, config=config)
         rp, rs = nvfp4_quant_ref(wide.reshape(m, kk), g, swizzle=True)
