@@ -47,7 +47,10 @@ def run_all() -> list[dict]:
                 sf = torch.full(nvfp4_scale_shape(4, 64, swizzle), 0x11, dtype=torch.uint8)
                 nvfp4_quant_into(x.to(dt), gt, packed, sf.view(torch.float8_e4m3fn), swizzle)
                 bad = int((packed != want_p).sum()) + int((sf != want_s.view(torch.uint8)).sum())
-                records.append({"dtype": str(dt), "g": g, "swizzle": swizzle, "bad_bytes": bad})
+                record = {"dtype": str(dt), "g": g, "swizzle": swizzle, "bad_bytes": bad}
+                if bad:
+                    record["error"] = f"{bad} bytes differ from quant_ref"
+                records.append(record)
     return records
 
 

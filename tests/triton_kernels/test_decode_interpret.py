@@ -1,30 +1,17 @@
 """The Triton paged decode kernel under the Triton CPU interpreter, against
 ``graphfuse/ops/paged_ref.py`` (see ``tests/triton_kernels/_decode_cases.py``). Skips where
-Triton is not installed (CI). Runs in a subprocess: the interpreter reads
-``TRITON_INTERPRET`` when Triton is imported."""
+Triton is not installed (CI)."""
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._runner import interpret  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_paged_decode_interpreted(seed: int) -> None:
-    cmd = [sys.executable, "-m", "tests.triton_kernels._decode_cases", "--seed", str(seed),
-           "--n", "4"]  # fmt: skip
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    bad = [r for r in records if "error" in r]
-    assert proc.returncode == 0 and not bad, (proc.stderr[-4000:], bad)
+    records = interpret("tests.triton_kernels._decode_cases", "--seed", str(seed), "--n", "4")
     assert records[-1]["summary"]["cases"] == 4
