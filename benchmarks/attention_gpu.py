@@ -24,7 +24,7 @@ from triton.testing import do_bench
 
 import graphfuse  # noqa: F401
 from benchmarks import flashinfer_peer as peer
-from benchmarks.common import print_table, result_path, write_json
+from benchmarks.common import GraphTimer, print_table, result_path, write_json
 from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.paged_ref import paged_decode_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
@@ -57,41 +57,6 @@ def _quant_fn(layout_bshd: bool):
         return (o.float() / s).clamp(-448, 448).to(FP8)
 
     return torch.compile(q, dynamic=False)
-
-
-class GraphTimer:
-    """Captures ``reps`` repetitions of a list of calls into one CUDA graph; ``time()`` is the
-    median per-call time of a few replays (ms)."""
-
-    def __init__(self, calls, reps: int = 10):
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                for c in calls:
-                    c()
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            for _ in range(reps):
-                for c in calls:
-                    c()
-        self.n = reps * len(calls)
-        self.calls = calls  # what the graph writes (outputs, peers' workspaces) stays allocated
-        self.graph.replay()
-        torch.cuda.synchronize()
-
-    def time(self) -> float:
-        ts = []
-        for _ in range(5):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            self.graph.replay()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) / self.n)
-        return statistics.median(ts)
 
 
 def interleaved(timers: dict) -> dict:

@@ -25,42 +25,13 @@ import torch
 import torch.nn.functional as F
 
 import graphfuse  # noqa: F401
-from benchmarks.common import print_table, result_path, write_json
+from benchmarks.common import GraphTimer, print_table, result_path, write_json
 from benchmarks.norm_act_quant import HIDDEN, INTER, eager_fp8, llama_norm
 
 OPS = torch.ops.graphfuse
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 ROUNDS = 7
 EPS = 1e-6
-
-
-class GraphTimer:
-    """``reps`` calls of ``fn`` captured in one CUDA graph (after a warm-up, which also
-    compiles); ``time()`` is the per-call time of one replay in ms."""
-
-    def __init__(self, fn: Callable[[], object], reps: int):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            for _ in range(reps):
-                fn()
-        self.reps = reps
-        self.graph.replay()
-        torch.cuda.synchronize()
-
-    def time(self) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        self.graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / self.reps
 
 
 # the unfused graphs, as functions of their inputs (torch.compile traces these)
@@ -159,10 +130,10 @@ def row(name: str, t: int, fused, graph, inputs: tuple, nbytes: int, reps: int) 
     src = torch.empty(nbytes // 8, dtype=torch.int32, device="cuda")
     dst = torch.empty_like(src)
     timers = {
-        "fused": GraphTimer(lambda: fused(*inputs), reps),
-        "eager": GraphTimer(lambda: graph(*inputs), reps),
-        "compiled": GraphTimer(lambda: compiled(*inputs), reps),
-        "copy": GraphTimer(lambda: dst.copy_(src), reps),
+        "fused": GraphTimer(lambda: fused(*inputs), reps, replays=1),
+        "eager": GraphTimer(lambda: graph(*inputs), reps, replays=1),
+        "compiled": GraphTimer(lambda: compiled(*inputs), reps, replays=1),
+        "copy": GraphTimer(lambda: dst.copy_(src), reps, replays=1),
     }
     times: dict[str, list[float]] = {k: [] for k in timers}
     for _ in range(ROUNDS):
