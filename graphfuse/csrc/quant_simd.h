@@ -21,7 +21,7 @@
 
 #include "formats.h"
 
-#if defined(__AVX2__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
 #define GRAPHFUSE_AVX2 1
 #endif
@@ -79,22 +79,24 @@ inline uint64_t pack_low_bytes(__m256i v) {
   return static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_castsi256_si128(t)));
 }
 
-// 8 lanes of formats::nvfp4_encode: sign of x (bit 3) | magnitude code of x * inv, the code
-// counted up by one for every threshold of formats::e2m1_magnitude_code that |x * inv| passes.
+// 8 lanes of formats::nvfp4_encode: sign of x (bit 3) | magnitude code of a = |x * inv|
+// (NaN: 0, as the scalar code). code(a) = min(rint(2a), rint(a) + 2, rint(a / 2) + 4, 7): the
+// e2m1 grid steps by 0.5, 1, 2 on [0, 2), [2, 4), [4, 6], and each rint(y) + k is the single
+// rounding of y + k + M with M = 1.5 * 2^23 (an FMA where y = 2a or a / 2; sums in
+// [2^23, 2^24) are integers, rne), so the code is the low 3 bits of the smallest sum. Equal to
+// the threshold form for every fp32 product (checked over all 2^32 bit patterns).
 inline __m256i e2m1_encode8(__m256 x, __m256 inv) {
-  const __m256 a = _mm256_and_ps(_mm256_mul_ps(x, inv), _mm256_castsi256_ps(splat(0x7FFFFFFF)));
-  __m256i c = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28), splat(8));
-  const auto step = [&](float t, int pred) {
-    c = _mm256_sub_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), pred)));
-  };
-  step(0.25f, _CMP_GT_OQ);
-  step(0.75f, _CMP_GE_OQ);
-  step(1.25f, _CMP_GT_OQ);
-  step(1.75f, _CMP_GE_OQ);
-  step(2.5f, _CMP_GT_OQ);
-  step(3.5f, _CMP_GE_OQ);
-  step(5.0f, _CMP_GT_OQ);
-  return c;
+  constexpr float kM = 12582912.0f;  // 1.5 * 2^23
+  const __m256 abs_prod =
+      _mm256_and_ps(_mm256_mul_ps(x, inv), _mm256_castsi256_ps(splat(0x7FFFFFFF)));
+  const __m256 a = _mm256_max_ps(abs_prod, _mm256_setzero_ps());  // NaN -> 0 (2nd operand)
+  __m256 t = _mm256_min_ps(_mm256_fmadd_ps(a, _mm256_set1_ps(2.0f), _mm256_set1_ps(kM)),
+                           _mm256_add_ps(a, _mm256_set1_ps(kM + 2.0f)));
+  t = _mm256_min_ps(t, _mm256_fmadd_ps(a, _mm256_set1_ps(0.5f), _mm256_set1_ps(kM + 4.0f)));
+  t = _mm256_min_ps(t, _mm256_set1_ps(kM + 7.0f));
+  const __m256i code = _mm256_and_si256(_mm256_castps_si256(t), splat(7));
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28), splat(8));
+  return _mm256_or_si256(code, sign);
 }
 
 // Codes of elements 2j, 2j+1 (int32 lanes) -> byte j = low | high << 4; 4 bytes.

@@ -6,6 +6,7 @@ scaling, ±inf, far beyond ±448·scale, ±0, denormals, zero blocks, NaN) are i
 
 from __future__ import annotations
 
+import platform
 import random
 import shutil
 import subprocess
@@ -157,6 +158,13 @@ def test_exact_ties_and_specials() -> None:
             for sw in (True, False):
                 assert_nvfp4_equal(OPS.nvfp4_quant(xd, gt, sw), nvfp4_quant_ref(xd, gt, sw),
                                    6, 32, sw)  # fmt: skip
+    # fp32: one ulp either side of every tie and grid value, each block led by 6 (inv = 1)
+    grid = ties[1:14]
+    near = torch.cat([torch.nextafter(grid, grid + 1), torch.nextafter(grid, grid - 1)])
+    rows = torch.cat([near, -near]).view(-1, 13)
+    x = torch.cat([torch.full((rows.shape[0], 1), 6.0), rows, torch.zeros(rows.shape[0], 2)], 1)
+    assert_nvfp4_equal(OPS.nvfp4_quant(x, torch.tensor(1.0), False),
+                       nvfp4_quant_ref(x, torch.tensor(1.0), False), 4, 16, False)  # fmt: skip
 
 
 def test_nan() -> None:
@@ -370,3 +378,69 @@ def test_formats_header_standalone(tmp_path: Path) -> None:
     assert torch.equal(table.isnan(), want.isnan())
     assert torch.equal(table[~want.isnan()], want[~want.isnan()])
     assert int(rest[1024:]) == ((200 // 128) * 3 + 9 // 4) * 512 + (200 % 32) * 16 + 2 * 4 + 1
+
+
+_E2M1_SWEEP = r"""
+#include "quant_simd.h"
+#include <cstdio>
+#include <cstdlib>
+using namespace graphfuse;
+// simd::e2m1_encode8 against the scalar formats::nvfp4_encode (inv = 1, so the product is the
+// input) over the bit patterns lo, lo + step, ... < hi; prints the number of differences
+int main(int argc, char** argv) {
+#ifdef GRAPHFUSE_AVX2
+  const unsigned long long lo = strtoull(argv[1], 0, 0), hi = strtoull(argv[2], 0, 0);
+  const unsigned long long step = strtoull(argv[3], 0, 0);
+  unsigned long long bad = 0;
+  alignas(32) uint32_t in[8];
+  alignas(32) int32_t out[8];
+  for (unsigned long long b = lo; b < hi; b += 8 * step) {
+    for (int i = 0; i < 8; ++i) in[i] = static_cast<uint32_t>(b + i * step);
+    const __m256 x = _mm256_load_ps(reinterpret_cast<float*>(in));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out),
+                       simd::e2m1_encode8(x, _mm256_set1_ps(1.0f)));
+    for (int i = 0; i < 8; ++i) {
+      float v;
+      std::memcpy(&v, &in[i], 4);
+      bad += out[i] != formats::nvfp4_encode(v, 1.0f);
+    }
+  }
+  printf("%llu", bad);
+#else
+  printf("no-avx2");
+#endif
+}
+"""
+
+
+def _e2m1_sweep(tmp_path: Path, *ranges: tuple[int, int, int]) -> list[str]:
+    """Builds _E2M1_SWEEP with the AVX2 module's flags; its output for each (lo, hi, step)."""
+    from torch.utils.cpp_extension import include_paths
+
+    src, exe = tmp_path / "sweep.cpp", tmp_path / "sweep"
+    src.write_text(_E2M1_SWEEP)
+    inc = [f"-I{p}" for p in [str(CSRC), *include_paths()]]
+    cmd = ["g++", "-O2", "-std=c++17", "-mavx2", "-mfma", "-mf16c", *inc, str(src), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return [subprocess.run([str(exe), *map(str, r)], capture_output=True, text=True,
+                           check=True).stdout for r in ranges]  # fmt: skip
+
+
+_X86 = shutil.which("g++") is not None and platform.machine() in ("x86_64", "AMD64")
+
+
+@pytest.mark.skipif(not _X86, reason="needs g++ on x86-64")
+def test_e2m1_encode8_matches_scalar(tmp_path: Path) -> None:
+    """The AVX2 e2m1 step equals the scalar threshold form: every fp32 from 2**-3 to 7 of
+    both signs (all e2m1 ties and their neighbours), and a stride through all patterns."""
+    got = _e2m1_sweep(tmp_path, (0x3E000000, 0x40E00000, 1), (0xBE000000, 0xC0E00000, 1),
+                      (0, 1 << 32, 4099))  # fmt: skip
+    assert got == ["0", "0", "0"] or got[0] == "no-avx2", got
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _X86, reason="needs g++ on x86-64")
+def test_e2m1_encode8_matches_scalar_exhaustive(tmp_path: Path) -> None:
+    """As above over all 2**32 bit patterns (about 10 s)."""
+    got = _e2m1_sweep(tmp_path, (0, 1 << 32, 1))
+    assert got == ["0"] or got == ["no-avx2"], got
