@@ -9,7 +9,7 @@ import triton
 
 from graphfuse.ops.quant_ref import nvfp4_scale_shape
 
-from ..host import TL_DTYPE, check_scale
+from ..host import TL_DTYPE, check_scale, sm_count
 from ..quant.launch import nvfp4_rows_cols
 from .kernels import (
     GELU_TANH,
@@ -28,14 +28,18 @@ NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul ke
 ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
 
 
-def _norm_nvfp4_warps(nb: int) -> int:
-    """Warps of the NVFP4 RMSNorm launch for a row of ``nb`` blocks (a power of two): 32
-    values a thread from hidden 4096 up (4 to 16 warps), 4 warps below. Per value, a thread's
-    share of the row's fixed work (the reduction, ``1/rms``, addresses) shrinks with more
-    values, and smaller programs fit more rows in flight an SM: at hidden 4096, 4 warps
-    issue 11% fewer instructions a value than 8 and fit 8 programs an SM instead of 6
-    (sm_90 compile: 64 registers against 40)."""
-    return max(4, min(16, nb // 64))
+def _norm_nvfp4_warps(nb: int, m: int, sms: int) -> int:
+    """Warps of the NVFP4 RMSNorm launch: ``m`` rows of ``nb`` blocks (a power of two) on
+    ``sms`` multiprocessors. With few rows (at most 6 an SM, the programs of 8 warps that fit
+    at once) a row's latency is the kernel's, so about 16 values a thread (4 to 16 warps).
+    With more, at most 32 values a thread: per value, a thread's share of the row's fixed work
+    (the reduction, ``1/rms``, addresses) shrinks, and smaller programs keep more rows in
+    flight; at hidden 4096, 4 warps issue 11% fewer instructions a value than 8 and fit 8
+    programs an SM instead of 6 (sm_90 compile: 64 registers against 40)."""
+    warps = 4 if nb <= 128 else 8 if nb <= 512 else 16
+    if m > 6 * sms:
+        warps = min(warps, max(4, nb // 64))
+    return warps
 
 
 # no fused multiply-add: the kernels round every product as norm_act_ref does
@@ -152,10 +156,11 @@ def rms_norm_quant_nvfp4_into(
         return
     x2, r2, r_out, w = (words(t.view(-1, k)) for t in args)
     nb = triton.next_power_of_2(sshape[1])  # a row covers the padding block columns too
+    warps = _norm_nvfp4_warps(nb, m, sm_count(x.device))
     rms_norm_nvfp4_kernel[(m,)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         x2.stride(0), r2.stride(0), float(eps), DT=TL_DTYPE[x.dtype], W_DT=TL_DTYPE[weight.dtype],
-        SWIZZLE=bool(swizzle), NB=nb, num_warps=_norm_nvfp4_warps(nb), **meta, **_EXACT,
+        SWIZZLE=bool(swizzle), NB=nb, num_warps=warps, **meta, **_EXACT,
     )  # fmt: skip
 
 
