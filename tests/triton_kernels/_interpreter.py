@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import triton.language as tl
 
 FP8 = torch.float8_e4m3fn
 _NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8e4nv": FP8}
@@ -31,23 +32,17 @@ def _flush(t: torch.Tensor) -> torch.Tensor:
 
 def _fp8_to_f16(data: np.ndarray):
     out = torch.from_numpy(data.copy()).view(FP8).to(torch.float16).numpy()
-    return out, _tl().float16
+    return out, tl.float16
 
 
 def _ex2_ftz(data: np.ndarray):
     x = _flush(torch.from_numpy(data.astype(np.float32)))
-    return _flush(torch.exp2(x)).numpy(), _tl().float32
+    return _flush(torch.exp2(x)).numpy(), tl.float32
 
 
 def _rcp_ftz(data: np.ndarray):
     x = _flush(torch.from_numpy(data.astype(np.float32)))
-    return _flush(1.0 / x).numpy(), _tl().float32
-
-
-def _tl():
-    import triton.language as tl
-
-    return tl
+    return _flush(1.0 / x).numpy(), tl.float32
 
 
 # the kernels' inline asm, computed with torch: decode/tiles._fp8_to_f16 (e4m3 -> fp16),
@@ -62,7 +57,6 @@ _ASM = {
 
 def patch() -> None:
     """Applies the four changes above to ``triton.runtime.interpreter`` (once a process)."""
-    import triton.language as tl
     from triton.runtime import interpreter as I
 
     if getattr(I, "_graphfuse_patched", False):
