@@ -327,51 +327,51 @@ void act_and_mul_exact(const T* gate, const T* up, int64_t n, bool gelu, float* 
 }
 
 // For a bf16 or fp16 gate, round(act(gate)) to the gate's dtype is a function of the gate's 16
-// bits. The table holds it, as the bits of a T, for all 65536 patterns (NaN, inf and subnormal
-// ones included), computed by act_and_mul_exact with up = 1 (a product that is exact), so a
-// lookup gives the exact path's value. One table per (T, activation), built on first use.
+// bits. The table holds it, as an fp32 (which represents it exactly), for all 65536 patterns
+// (NaN, inf and subnormal ones included), computed by act_and_mul_exact with up = 1 (a
+// product that is exact), so a lookup gives the exact path's value. One table per
+// (T, activation), built on first use.
 constexpr int64_t kTableSize = 65536;
 
 template <typename T>
-std::unique_ptr<uint16_t[]> build_act_table(bool gelu) {
-  auto table = std::make_unique<uint16_t[]>(kTableSize);
+std::unique_ptr<float[]> build_act_table(bool gelu) {
+  constexpr RoundTo to = std::is_same_v<T, c10::BFloat16> ? RoundTo::kBF16 : RoundTo::kF16;
+  auto table = std::make_unique<float[]>(kTableSize);
   T gate[kBlock], one[kBlock];
-  alignas(64) float a[kBlock];
   std::fill(one, one + kBlock, T(1.0f));
   for (int64_t b0 = 0; b0 < kTableSize; b0 += kBlock) {
     for (int64_t j = 0; j < kBlock; ++j) gate[j] = T(static_cast<uint16_t>(b0 + j), T::from_bits());
-    act_and_mul_exact(gate, one, kBlock, gelu, a);
-    for (int64_t j = 0; j < kBlock; ++j) table[b0 + j] = T(a[j]).x;
+    act_and_mul_exact(gate, one, kBlock, gelu, table.get() + b0);
+    for (int64_t j = 0; j < kBlock; ++j) table[b0 + j] = normact::round_to(table[b0 + j], to);
   }
   return table;
 }
 
 template <typename T, bool Gelu>
-const uint16_t* act_table() {
-  static const std::unique_ptr<uint16_t[]> table = build_act_table<T>(Gelu);  // thread-safe init
+const float* act_table() {
+  static const std::unique_ptr<float[]> table = build_act_table<T>(Gelu);  // thread-safe init
   return table.get();
 }
 
-// z[j] = round(table[gate[j]] * up[j]) for j < n.
+// z[j] = round(table[gate[j]] * up[j]) for j < n (gathers of 16 AVX-512 lanes where usable,
+// else 8 AVX2 lanes, then scalar).
 template <typename T>
-void act_and_mul_table(const T* gate, const T* up, int64_t n, const uint16_t* table, float* z) {
+void act_and_mul_table(const T* gate, const T* up, int64_t n, const float* table, float* z) {
   constexpr RoundTo to = std::is_same_v<T, c10::BFloat16> ? RoundTo::kBF16 : RoundTo::kF16;
-  alignas(64) T a[kBlock];  // the rounded activations, looked up one by one
-  for (int64_t j = 0; j < n; ++j) a[j] = T(table[gate[j].x], T::from_bits());
   int64_t j = 0;
 #ifdef GRAPHFUSE_AVX2
+  if (normact::avx512_usable()) j = normact::avx512::table_and_mul(gate, up, n, table, to, z);
   for (; j + 8 <= n; j += 8) {
-    const __m256 p = _mm256_mul_ps(simd::load8(a + j), simd::load8(up + j));
-    _mm256_storeu_ps(z + j, normact::round_to(p, to));
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(gate + j));
+    const __m256 a = _mm256_i32gather_ps(table, _mm256_cvtepu16_epi32(bits), 4);
+    _mm256_storeu_ps(z + j, normact::round_to(_mm256_mul_ps(a, simd::load8(up + j)), to));
   }
 #endif
-  for (; j < n; ++j) {
-    z[j] = normact::round_to(static_cast<float>(a[j]) * static_cast<float>(up[j]), to);
-  }
+  for (; j < n; ++j) z[j] = normact::round_to(table[gate[j].x] * static_cast<float>(up[j]), to);
 }
 
 template <typename T, typename Out>
-void act_row(const T* gate, const T* up, int64_t K, bool gelu, const uint16_t* table,
+void act_row(const T* gate, const T* up, int64_t K, bool gelu, const float* table,
              const Out& out, int64_t m) {
   alignas(64) float z[kBlock];
   for (int64_t c0 = 0; c0 < K; c0 += kBlock) {
@@ -412,7 +412,7 @@ void act_rows(const ActCall& c, const Out& out) {
     const T* gp = c.g2.const_data_ptr<T>();
     const T* up = c.u2.const_data_ptr<T>();
     const int64_t gs = c.g2.stride(0), us = c.u2.stride(0);
-    const uint16_t* table = nullptr;
+    const float* table = nullptr;
     if constexpr (!std::is_same_v<T, float>) {
       table = c.gelu ? act_table<T, true>() : act_table<T, false>();
     }

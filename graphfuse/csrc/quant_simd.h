@@ -6,8 +6,8 @@
 //   nvfp4_encode_block(p, out8, g) -> sf one block of 16: 8 packed bytes (element 2j in the
 //                                        low nibble of byte j), returns the e4m3 scale byte
 //   nvfp4_encode_blocks(p, nb, out, sf, g) nb consecutive blocks: 8 * nb packed bytes at out,
-//                                        nb scale bytes at sf (AVX2: 8 blocks at a time, their
-//                                        scales computed in one vector)
+//                                        nb scale bytes at sf (AVX2: the scales of up to 64
+//                                        blocks first, 8 to a vector, then their codes)
 //   fp8_decode_span(p, out, n, scale)    out[i] = O(e4m3_to_float(p[i]) * scale), rne to O
 //   nvfp4_decode_block(p8, sf, g, out16) out[i] = O((e2m1_to_float(code_i) * sf) / g)
 #pragma once
@@ -16,6 +16,7 @@
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -284,9 +285,9 @@ inline uint8_t nvfp4_encode_block(const T* p, uint8_t* out8, float g) {
 }
 
 #ifdef GRAPHFUSE_AVX2
-// 8 consecutive blocks of 16: 64 packed bytes at out, 8 scale bytes at sf.
+// The scales of 8 consecutive blocks of 16: 8 scale bytes at sf, their multipliers at inv.
 template <typename T>
-inline void nvfp4_encode8(const T* p, uint8_t* out, uint8_t* sf, float g) {
+inline void nvfp4_scales8(const T* p, uint8_t* sf, float* inv, float g) {
   const __m256i abs_mask = splat(0x7FFFFFFF);
   __m256i amax[8];
   for (int b = 0; b < 8; ++b) {
@@ -294,28 +295,40 @@ inline void nvfp4_encode8(const T* p, uint8_t* out, uint8_t* sf, float g) {
                                _mm256_and_si256(_mm256_castps_si256(load8(p + 16 * b + 8)), abs_mask));
   }
   __m256i sf_bytes;
-  __m256 inv;
-  nvfp4_block_scale8(hmax8_epu32(amax), g, sf_bytes, inv);
+  __m256 inv8;
+  nvfp4_block_scale8(hmax8_epu32(amax), g, sf_bytes, inv8);
   const uint64_t sfb = pack_low_bytes(sf_bytes);
   std::memcpy(sf, &sfb, 8);
-  for (int h = 0; h < 2; ++h) {  // blocks 4h .. 4h + 3
-    __m256i c[8];
-    for (int b = 0; b < 4; ++b) {
-      const int blk = 4 * h + b;
-      const __m256 inv_b = _mm256_permutevar8x32_ps(inv, splat(blk));
-      c[2 * b] = e2m1_encode8(load8(p + 16 * blk), inv_b);
-      c[2 * b + 1] = e2m1_encode8(load8(p + 16 * blk + 8), inv_b);
-    }
-    pack_nibbles4(c, out + 32 * h);
+  _mm256_storeu_ps(inv, inv8);
+}
+
+// 4 consecutive blocks of 16 with their multipliers inv[0..3]: 32 packed bytes at out.
+template <typename T>
+inline void nvfp4_codes4(const T* p, const float* inv, uint8_t* out) {
+  __m256i c[8];
+  for (int b = 0; b < 4; ++b) {
+    const __m256 inv_b = _mm256_broadcast_ss(inv + b);
+    c[2 * b] = e2m1_encode8(load8(p + 16 * b), inv_b);
+    c[2 * b + 1] = e2m1_encode8(load8(p + 16 * b + 8), inv_b);
   }
+  pack_nibbles4(c, out);
 }
 #endif
 
+// Up to kScalePiece blocks at a time: first every block's scale (8 blocks per vector, so the
+// scale's division chain of one group overlaps the next group's), then the codes.
 template <typename T>
 inline void nvfp4_encode_blocks(const T* p, int64_t nb, uint8_t* out, uint8_t* sf, float g) {
   int64_t b = 0;
 #ifdef GRAPHFUSE_AVX2
-  for (; b + 8 <= nb; b += 8) nvfp4_encode8(p + 16 * b, out + 8 * b, sf + b, g);
+  constexpr int64_t kScalePiece = 64;
+  alignas(32) float inv[kScalePiece];
+  while (nb - b >= 8) {
+    const int64_t len = std::min(kScalePiece, (nb - b) / 8 * 8);
+    for (int64_t i = 0; i < len; i += 8) nvfp4_scales8(p + 16 * (b + i), sf + b + i, inv + i, g);
+    for (int64_t i = 0; i < len; i += 4) nvfp4_codes4(p + 16 * (b + i), inv + i, out + 8 * (b + i));
+    b += len;
+  }
 #endif
   for (; b < nb; ++b) sf[b] = nvfp4_encode_block(p + 16 * b, out + 8 * b, g);
 }

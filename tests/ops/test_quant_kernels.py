@@ -138,6 +138,22 @@ def test_nvfp4_quant_and_dequant_bit_exact(i: int) -> None:
                                nvfp4_dequant_ref(*want, g, out, swizzle))  # fmt: skip
 
 
+@pytest.mark.parametrize("blocks", [7, 8, 64, 72, 75, 150])
+def test_nvfp4_rows_of_many_blocks(blocks: int) -> None:
+    """Rows whose block count crosses the encoder's groups (8 blocks per vector of scales, up
+    to 64 scales ahead of their codes, a scalar tail), with NaN and zero blocks among them."""
+    gen = torch.Generator().manual_seed(SEED + blocks)
+    x = torch.randn(3, 16 * blocks, generator=gen) * torch.logspace(-3, 3, 16 * blocks)
+    x.view(3, -1, 16)[:, ::5] = 0
+    x[1, 16 * (blocks // 2) + 3] = float("nan")
+    for dtype in FLOATS:
+        xd = x.to(dtype)
+        for sw in (True, False):
+            assert_nvfp4_equal(OPS.nvfp4_quant(xd, torch.tensor(37.0), sw),
+                               nvfp4_quant_ref(xd, torch.tensor(37.0), sw), 3, 16 * blocks,
+                               sw)  # fmt: skip
+
+
 def test_exact_ties_and_specials() -> None:
     scale = torch.tensor(0.5)  # x * (1/scale) is exact: every tie survives the scaling
     e4m3 = torch.arange(0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
