@@ -7,13 +7,22 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
 (measured 2026-12-03, docs/gpu.md). Here the roles are split as FlashAttention-3 does:
 
 - a producer warp loads Q once and K / V tiles with TMA into a 2-stage ring of buffers
-  (mbarriers: "ready" with the byte count, "empty" released by both consumers);
+  (mbarriers: "ready" with the byte count; K and V each have an "empty" barrier released by
+  both consumers, so a K slot refills once its ``Q K^T`` is done, before the ``P V`` of the
+  same tile);
 - two consumer warpgroups, each owning 64 of the CTA's 128 query rows, run ``S = Q K^T``
   (wgmma from shared memory; FP8 operands on the FP8 tensor cores, both K-major), the online
   softmax (exp2 with the softmax and dequant scales folded in, 16-bit P) and
   ``O += P V`` (P from registers) with no barrier between them, so one's softmax runs under
   the other's GEMMs; the second starts after the first's first ``Q K^T`` (an offset that
   the tensor cores' arbitration then keeps);
+- within a consumer, FlashAttention-3's order: tile j's ``Q K^T`` and tile j-1's ``P V`` are
+  issued back to back, tile j's softmax runs once ``Q K^T`` is done while ``P V`` is still on
+  the tensor cores (the last tile's ``P V`` is peeled). The softmax sits in a branch of its
+  own (taken unless the scale is NaN, whose output is NaN through tile 0 anyway): in one
+  basic block ptxas moves the second ``wgmma.wait_group`` above the softmax, which then no
+  longer overlaps (checked in the sm_90 SASS: 16 HGMMA, ``DEPBAR 1``, the exponentials,
+  ``DEPBAR 0``);
 - each consumer writes its rows in the output format: a 16-bit or fp32 type, FP8
   (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite) or NVFP4 (packed codes and
   swizzled scale bytes), with the arithmetic of ``store_attention_acc``.
@@ -44,7 +53,7 @@ MAXNREG = 168  # 3 warpgroups: 2 x 240 + 24 (rounded) <= 3 x 168
 
 @gluon.jit
 def _producer(
-    q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
+    q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty,
     q_row, q_col, kv_row, kv_col, n_tiles,
 ):  # fmt: skip
     # constexprs come from the buffers' types: scalars passed through warp_specialize arrive
@@ -57,11 +66,12 @@ def _producer(
     for j in range(n_tiles):
         s = j % NSTAGE
         ph = (j // NSTAGE) & 1
-        mbarrier.wait(kv_empty.index(s), ph ^ 1)  # both consumers released the slot
+        mbarrier.wait(k_empty.index(s), ph ^ 1)  # both consumers' Q K^T of tile j - NSTAGE done
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             k_desc, [kv_row + j * BN, kv_col], k_ready.index(s), k_bufs.index(s)
         )
+        mbarrier.wait(v_empty.index(s), ph ^ 1)  # both consumers' P V of tile j - NSTAGE done
         mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             v_desc, [kv_row + j * BN, kv_col], v_ready.index(s), v_bufs.index(s)
@@ -71,7 +81,7 @@ def _producer(
 @gluon.jit
 def _consume(
     c: gl.constexpr, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready,
-    kv_empty, go_bar, out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
+    k_empty, v_empty, go_bar, out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
     qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
 ):  # fmt: skip
     """Consumer ``c``: query rows ``q_start + 64c ..`` of the CTA's block."""
@@ -107,34 +117,52 @@ def _consume(
     mbarrier.wait(q_bar, 0)
     if c == 1:
         mbarrier.wait(go_bar, 0)
-    for j in range(n_tiles):
-        s = j % NSTAGE
-        ph = (j // NSTAGE) & 1
-        mbarrier.wait(k_ready.index(s), ph)
+    if n_tiles > 0:
+        # FlashAttention-3's order: tile j's Q K^T and tile j-1's P V are issued back to back,
+        # tile j's softmax runs while P V is on the tensor cores; P (16-bit) is the value the
+        # loop carries, S lives inside one step
+        mbarrier.wait(k_ready.index(0), 0)
         qk = warpgroup_mma(
-            q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True
+            q_bufs.index(c), k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True
         )
         qk = warpgroup_mma_wait(0, deps=(qk,))
+        mbarrier.arrive(k_empty.index(0), count=1)
         if c == 0:
-            mbarrier.arrive(go_bar, count=1, pred=j == 0)
-        if causal != 0:
-            if (j + 1) * BN - 1 > first_row + causal_off:  # a key past this consumer's 1st row
-                keep = gl.expand_dims(rows + causal_off, 1) >= gl.expand_dims(j * BN + cols, 0)
-                qk = gl.where(keep, qk, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
-        alpha = gl.exp2(m_i - m_use)
-        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use, 1))
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
+            mbarrier.arrive(go_bar, count=1)
+        p, alpha, m_i, l_i = _softmax_step(
+            qk, 0, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN
+        )
         p16 = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
-        mbarrier.wait(v_ready.index(s), ph)
+        for j in range(1, n_tiles):
+            s = j % NSTAGE
+            sp = (j - 1) % NSTAGE
+            mbarrier.wait(k_ready.index(s), (j // NSTAGE) & 1)
+            qk = warpgroup_mma(
+                q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False,
+                is_async=True,
+            )  # fmt: skip
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
+            mbarrier.wait(v_ready.index(sp), ((j - 1) // NSTAGE) & 1)
+            acc = warpgroup_mma(p16, v_bufs.index(sp), acc, is_async=True)
+            qk = warpgroup_mma_wait(1, deps=(qk,))
+            mbarrier.arrive(k_empty.index(s), count=1)
+            if qk_scale == qk_scale:  # a block of its own (module docstring)
+                p, alpha, m_i, l_i = _softmax_step(
+                    qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN
+                )
+            acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+            mbarrier.arrive(v_empty.index(sp), count=1)
+            p16 = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
+        j = n_tiles - 1
+        s = j % NSTAGE
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
+        mbarrier.wait(v_ready.index(s), (j // NSTAGE) & 1)
         acc = warpgroup_mma(p16, v_bufs.index(s), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(kv_empty.index(s), count=1)
-        m_i = m_new
-    if c == 0:  # no key tile at all (bottom-right causal, Sq > Skv): release consumer 1
-        mbarrier.arrive(go_bar, count=1, pred=n_tiles == 0)
+        mbarrier.arrive(v_empty.index(s), count=1)
+    else:
+        if c == 0:  # no key tile at all (bottom-right causal, Sq > Skv): release consumer 1
+            mbarrier.arrive(go_bar, count=1)
     l_o = gl.convert_layout(l_i, orow_l)
     row_scale = gl.where(l_o > 0.0, o_scale / l_o, 0.0)  # fully masked rows give zeros
     if out_ptr.dtype.element_ty == gl.uint8:  # NVFP4: packed codes and swizzled scale bytes
@@ -153,6 +181,24 @@ def _consume(
     else:
         o = acc * gl.expand_dims(row_scale, 1)
         gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty))
+
+
+@gluon.jit
+def _softmax_step(
+    qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN: gl.constexpr
+):  # fmt: skip
+    """Online softmax of key tile ``j``'s scores: P (fp32), the rescale factor of the
+    accumulator, the new running max and sum."""
+    if causal != 0:
+        if (j + 1) * BN - 1 > first_row + causal_off:  # a key past this consumer's 1st row
+            keep = gl.expand_dims(rows + causal_off, 1) >= gl.expand_dims(j * BN + cols, 0)
+            qk = gl.where(keep, qk, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use, 1))
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i
 
 
 @gluon.jit
@@ -222,21 +268,23 @@ def ws_attention_kernel(
     go_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     mbarrier.init(go_bar, count=1)
     for i in gl.static_range(NSTAGE):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
     fence_async_shared()
     cargs = (
-        out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, go_bar,
+        out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, go_bar,
         out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
         qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, h * nch, nv_k, nv_kbpad,
     )  # fmt: skip
     pargs = (
-        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
+        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty,
         q_row, h * q_ch, kv_row, hk * kv_ch, n_tiles,
     )  # fmt: skip
     # the consumer index travels as a constexpr (it picks the Q buffer, the row block and the
