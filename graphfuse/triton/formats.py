@@ -182,18 +182,21 @@ def swizzled_offset(m, k, n_ktiles):
 def zero_sf_pad(SF, M, KBPAD, pid, nprog, PADW: tl.constexpr):
     """Zeroes the swizzled NVFP4 scale bytes of padding rows ``M .. round_up(M, 128) - 1``
     (every column of ``KBPAD``, a multiple of 4); program ``pid`` of ``nprog`` takes an equal
-    share. A row's 4 columns of one column tile are one aligned 32-bit word of the swizzled
-    layout, so the zeros go out as words. The real rows are written by the quantizer (no
-    byte is written twice), so any program of the launch may do this."""
-    if M % 128 != 0:  # (M a multiple of 128: no padding rows, and no division below)
-        kt = KBPAD // 4
-        n = (128 - M % 128) * kt  # words
+    share. The padding rows all lie in the last 128-row tile, whose bytes are contiguous:
+    ``KBPAD / 4`` column tiles of 128 aligned 32-bit words, word ``w`` of a column tile
+    holding the 4 scales of row ``(w % 4) * 32 + w // 4`` of the row tile. So the zeros go out
+    as consecutive words, masked to the padding rows, with no division by a runtime value.
+    The real rows are written by the quantizer (no byte is written twice), so any program of
+    the launch may do this."""
+    if M % 128 != 0:  # (M a multiple of 128: no padding rows)
+        row0 = M - M % 128
+        n = (KBPAD // 4) * 128  # words of the last row tile
         per = (n + nprog - 1) // nprog
         lo = pid * per
         hi = tl.minimum(lo + per, n)
-        SFW = SF.to(tl.pointer_type(tl.int32), bitcast=True)
+        SFW = SF.to(tl.pointer_type(tl.int32), bitcast=True) + row0.to(tl.int64) * (KBPAD // 4)
         for s in tl.range(lo, hi, PADW):
             offs = s + tl.arange(0, PADW)
-            r = M + offs // kt
-            byte = swizzled_offset(r, (offs % kt) * 4, kt)
-            tl.store(SFW + byte // 4, tl.zeros([PADW], tl.int32), mask=offs < hi)
+            w = offs & 127  # offs >= 0: the bit forms of % 128, % 4 * 32 and // 4
+            r = row0 + ((w & 3) << 5) + (w >> 2)
+            tl.store(SFW + offs, tl.zeros([PADW], tl.int32), mask=(offs < hi) & (r >= M))
