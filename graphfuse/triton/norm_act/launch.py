@@ -31,9 +31,9 @@ PAD_PROGRAMS = 32  # programs, at least, that share a swizzled layout's padding 
 
 def pad_grid_rows(m: int, per_row: int, swizzle: bool) -> int:
     """Grid rows of an NVFP4 launch with ``per_row`` programs a row: ``m``, or more when a
-    swizzled layout has padding rows (``m`` not a multiple of 128) and a short input would
-    leave them to a few programs (one program zeroing 127 rows of a 4096-wide layout took
-    several times the norm's own time); the programs past row ``m`` only zero their share."""
+    swizzled layout has padding rows (``m`` not a multiple of 128), so that at least
+    ``PAD_PROGRAMS`` programs share them: a short input's up to 127 padding rows are not left
+    to its few row programs. The programs past row ``m`` only zero their share."""
     if not swizzle or m % 128 == 0:
         return m
     return max(m, triton.cdiv(PAD_PROGRAMS, per_row))
