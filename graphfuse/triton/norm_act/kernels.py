@@ -193,33 +193,31 @@ def rms_norm_nvfp4_kernel(
     DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
     OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
-    """Program ``row < M``: the row as ``[NB, 8]`` words (x, residual and weight through
+    """Program ``row``: the row as ``[NB, 8]`` words (x, residual and weight through
     ``split_pairs``; strides in words), RMSNorm as ``rms_norm_fp8_kernel``, then NVFP4 of the
-    row. With ``SWIZZLE`` every program (the grid may have more than M, ``pad_grid_rows``)
-    also zeroes its share of the layout's padding rows."""
+    row; with ``SWIZZLE`` also its share of the layout's padding rows."""
     row = tl.program_id(0)
+    kb = tl.arange(0, NB)
+    words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+    row64 = row.to(tl.int64)
+    mask = kb[:, None] < K // 16
+    xw = tl.load(x_ptr + row64 * sx + words, mask=mask, other=0)
+    if HAS_RES:
+        ve, vo = split_pairs(xw, DT)
+        re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
+        ve = (ve + re).to(DT).to(tl.float32)
+        vo = (vo + ro).to(DT).to(tl.float32)
+        tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
+    else:
+        ve, vo = split_pairs_f32(xw, DT)
+    r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
+    we, wo = split_pairs(tl.load(w_ptr + words, mask=mask, other=0), W_DT)
+    ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    g = tl.load(g_ptr).to(tl.float32)
+    store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
     if SWIZZLE:
-        zero_sf_pad(scale_ptr, M, KB_PAD, row, tl.num_programs(0), NB * 8)
-    if row < M:
-        kb = tl.arange(0, NB)
-        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-        row64 = row.to(tl.int64)
-        mask = kb[:, None] < K // 16
-        xw = tl.load(x_ptr + row64 * sx + words, mask=mask, other=0)
-        if HAS_RES:
-            ve, vo = split_pairs(xw, DT)
-            re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
-            ve = (ve + re).to(DT).to(tl.float32)
-            vo = (vo + ro).to(DT).to(tl.float32)
-            tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
-        else:
-            ve, vo = split_pairs_f32(xw, DT)
-        r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
-        we, wo = split_pairs(tl.load(w_ptr + words, mask=mask, other=0), W_DT)
-        ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
-        zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
-        g = tl.load(g_ptr).to(tl.float32)
-        store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+        zero_sf_pad(scale_ptr, M, KB_PAD, row, M, NB * 8)
 
 
 @triton.jit
@@ -254,19 +252,18 @@ def act_and_mul_nvfp4_kernel(
     """Program (row, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
     one row, read as ``[NB, 8]`` words (strides in words); with ``SWIZZLE`` the chunks also
     cover the padding block columns (zero scales), and every program zeroes its share of the
-    layout's padding rows (the grid may have more rows than M, ``pad_grid_rows``)."""
+    layout's padding rows."""
     row = tl.program_id(0)
+    kb = tl.program_id(1) * NB + tl.arange(0, NB)
+    words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+    row64 = row.to(tl.int64)
+    mask = kb[:, None] < K // 16
+    ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
+    ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
+    pe = act_and_mul(ge, ue, DT, ACT)
+    po = act_and_mul(go, uo, DT, ACT)
+    g = tl.load(g_ptr).to(tl.float32)
+    store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
     if SWIZZLE:
         pid = row * tl.num_programs(1) + tl.program_id(1)
-        zero_sf_pad(scale_ptr, M, KB_PAD, pid, tl.num_programs(0) * tl.num_programs(1), NB * 8)
-    if row < M:
-        kb = tl.program_id(1) * NB + tl.arange(0, NB)
-        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-        row64 = row.to(tl.int64)
-        mask = kb[:, None] < K // 16
-        ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
-        ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
-        pe = act_and_mul(ge, ue, DT, ACT)
-        po = act_and_mul(go, uo, DT, ACT)
-        g = tl.load(g_ptr).to(tl.float32)
-        store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+        zero_sf_pad(scale_ptr, M, KB_PAD, pid, M * tl.num_programs(1), NB * 8)

@@ -26,17 +26,6 @@ ACTIVATIONS = {"silu": SILU.value, "gelu_tanh": GELU_TANH.value}
 CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
 NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
 ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
-PAD_PROGRAMS = 32  # programs, at least, that share a swizzled layout's padding rows
-
-
-def pad_grid_rows(m: int, per_row: int, swizzle: bool) -> int:
-    """Grid rows of an NVFP4 launch with ``per_row`` programs a row: ``m``, or more when a
-    swizzled layout has padding rows (``m`` not a multiple of 128), so that at least
-    ``PAD_PROGRAMS`` programs share them: a short input's up to 127 padding rows are not left
-    to its few row programs. The programs past row ``m`` only zero their share."""
-    if not swizzle or m % 128 == 0:
-        return m
-    return max(m, triton.cdiv(PAD_PROGRAMS, per_row))
 
 
 def _norm_nvfp4_warps(nb: int, m: int, sms: int) -> int:
@@ -168,7 +157,7 @@ def rms_norm_quant_nvfp4_into(
     x2, r2, r_out, w = (words(t.view(-1, k)) for t in args)
     nb = triton.next_power_of_2(sshape[1])  # a row covers the padding block columns too
     warps = _norm_nvfp4_warps(nb, m, sm_count(x.device))
-    rms_norm_nvfp4_kernel[(pad_grid_rows(m, 1, swizzle),)](
+    rms_norm_nvfp4_kernel[(m,)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         x2.stride(0), r2.stride(0), float(eps), DT=TL_DTYPE[x.dtype], W_DT=TL_DTYPE[weight.dtype],
         SWIZZLE=bool(swizzle), NB=nb, num_warps=warps, **meta, **_EXACT,
@@ -226,8 +215,7 @@ def act_and_mul_quant_nvfp4_into(
         return
     g2, u2 = words(g2), words(u2)
     nb = min(NB_ACT, triton.next_power_of_2(sshape[1]))
-    chunks = triton.cdiv(sshape[1], nb)
-    act_and_mul_nvfp4_kernel[(pad_grid_rows(m, chunks, swizzle), chunks)](
+    act_and_mul_nvfp4_kernel[(m, triton.cdiv(sshape[1], nb))](
         g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         g2.stride(0), u2.stride(0), DT=TL_DTYPE[gate.dtype], ACT=act, SWIZZLE=bool(swizzle),
         NB=nb, num_warps=ACT_NVFP4_WARPS, **_EXACT,
