@@ -5,8 +5,9 @@ tokens), ``num_warps`` / ``num_stages``, the split count, whether the next KV ti
 double-buffered in registers (``prefetch``) instead of left to Triton's pipeliner, whether
 block-table entries are read one tile ahead (``bt_ahead``, paged KV), and the grid order
 (``head_major``: ``(Hkv, B, splits)``). The table holds the winners of the H200 decode sweep
-(2026-12-03; docs/gpu.md records the runs): the class of a launch is its KV kind, its
-program count ``B * Hkv`` and its context length. Split counts and tiles depend on shapes
+(2026-12-03), three paged rows re-chosen by an H100 sweep after the FP8 V tile moved to the
+16-bit route (2026-12-05; docs/gpu.md records the runs): the class of a launch is its KV
+kind, its program count ``B * Hkv`` and its context length. Split counts and tiles depend on shapes
 only (no host sync), so every launch is CUDA-graph capturable.
 """
 
@@ -19,15 +20,16 @@ KNOBS = ("block_n", "num_warps", "num_stages", "splits", "prefetch", "bt_ahead",
 # (paged, least B*Hkv, least max context) -> KNOBS (splits None: ``choose_splits``);
 # the first matching row wins
 CLASSES = (
-    # paged: long contexts on a full grid: wide tiles, one split
-    (True, 256, 2048, (128, 4, 3, 1, False, True, False)),
-    # paged, full grid, short contexts (B=128 ctx 1k): the pipeliner alone
-    (True, 512, 0, (128, 4, 3, None, False, False, False)),
+    # paged: long contexts on a full grid: wide tiles, one split, a sequence's KV heads
+    # side by side
+    (True, 256, 2048, (128, 4, 3, 1, False, True, True)),
+    # paged, full grid, short contexts (B=128 ctx 1k): 64-token tiles, two stages, head-major
+    (True, 512, 0, (64, 4, 2, None, False, False, True)),
     (True, 256, 0, (64, 4, 3, None, False, False, False)),
     # paged, B ~ 8: table one tile ahead, a sequence's KV heads side by side
     (True, 9, 0, (64, 4, 3, None, False, True, True)),
-    # paged, B = 1: register double-buffering, 8 warps
-    (True, 0, 0, (64, 8, 1, None, True, True, False)),
+    # paged, B = 1: 8 warps, no pipelining
+    (True, 0, 0, (64, 8, 1, None, False, True, False)),
     # dense KV (the attention ops with Sq = 1)
     (False, 512, 0, (128, 4, 3, None, False, False, False)),
     (False, 32, 0, (64, 4, 3, None, False, False, False)),
