@@ -161,7 +161,7 @@ def decode_row(b, hq, hkv, ctx, d, ceil: dict, sweep: bool, with_peer: bool) -> 
     if sweep:
         from graphfuse.triton.decode.config import CLASSES, KNOBS
 
-        configs += [dict(zip(KNOBS, knobs)) for paged, _, _, knobs in CLASSES if paged]
+        configs += [dict(zip(KNOBS, knobs)) for paged, _, _, _, knobs in CLASSES if paged]
     cfg_times = {}
     for i, cfg in enumerate(configs):
         try:

@@ -111,10 +111,10 @@ def test_paged_decode_matches_reference(seed: int) -> None:
 def _class_configs(paged: bool) -> list[dict]:
     from graphfuse.triton.decode.config import CLASSES, KNOBS
 
-    return [dict(zip(KNOBS, knobs)) for p, _, _, knobs in CLASSES if p == paged]
+    return [dict(zip(KNOBS, knobs)) for p, _, _, _, knobs in CLASSES if p == paged]
 
 
-@pytest.mark.parametrize("row", range(5))
+@pytest.mark.parametrize("row", range(6))
 def test_paged_decode_each_shape_class(row: int) -> None:
     """Every paged row of the decode configuration table on small shapes (the table picks
     it for large ones)."""

@@ -5,9 +5,10 @@ tokens), ``num_warps`` / ``num_stages``, the split count, whether the next KV ti
 double-buffered in registers (``prefetch``) instead of left to Triton's pipeliner, whether
 block-table entries are read one tile ahead (``bt_ahead``, paged KV), and the grid order
 (``head_major``: ``(Hkv, B, splits)``). The table holds the winners of the H200 decode sweep
-(2026-12-03), three paged rows re-chosen by an H100 sweep after the FP8 V tile moved to the
-16-bit route (2026-12-05; docs/gpu.md records the runs): the class of a launch is its KV
-kind, its program count ``B * Hkv`` and its context length. Split counts and tiles depend on shapes
+(2026-12-03), three paged rows re-chosen and a 16-bit-KV row added by an H100 sweep after the
+FP8 V tile moved to the 16-bit route (2026-12-05; docs/gpu.md records the runs): the class of
+a launch is its KV kind (paged or dense, and the element size), its program count
+``B * Hkv`` and its context length. Split counts and tiles depend on shapes
 only (no host sync), so every launch is CUDA-graph capturable.
 """
 
@@ -17,36 +18,46 @@ import math
 
 KNOBS = ("block_n", "num_warps", "num_stages", "splits", "prefetch", "bt_ahead", "head_major")
 
-# (paged, least B*Hkv, least max context) -> KNOBS (splits None: ``choose_splits``);
-# the first matching row wins
+# (paged, KV element bytes (0: any), least B*Hkv, least max context) -> KNOBS (splits None:
+# ``choose_splits``); the first matching row wins
 CLASSES = (
+    # paged, 16-bit KV, long contexts on a full grid: 64-token tiles in two stages (38 KB of
+    # shared memory, 5 programs an SM, against 1 for the FP8 row's 128-token tiles)
+    (True, 2, 256, 2048, (64, 4, 2, 1, False, True, False)),
     # paged: long contexts on a full grid: wide tiles, one split, a sequence's KV heads
     # side by side
-    (True, 256, 2048, (128, 4, 3, 1, False, True, True)),
+    (True, 0, 256, 2048, (128, 4, 3, 1, False, True, True)),
     # paged, full grid, short contexts (B=128 ctx 1k): 64-token tiles, two stages, head-major
-    (True, 512, 0, (64, 4, 2, None, False, False, True)),
-    (True, 256, 0, (64, 4, 3, None, False, False, False)),
+    (True, 0, 512, 0, (64, 4, 2, None, False, False, True)),
+    (True, 0, 256, 0, (64, 4, 3, None, False, False, False)),
     # paged, B ~ 8: table one tile ahead, a sequence's KV heads side by side
-    (True, 9, 0, (64, 4, 3, None, False, True, True)),
+    (True, 0, 9, 0, (64, 4, 3, None, False, True, True)),
     # paged, B = 1: 8 warps, no pipelining
-    (True, 0, 0, (64, 8, 1, None, False, True, False)),
+    (True, 0, 0, 0, (64, 8, 1, None, False, True, False)),
     # dense KV (the attention ops with Sq = 1)
-    (False, 512, 0, (128, 4, 3, None, False, False, False)),
-    (False, 32, 0, (64, 4, 3, None, False, False, False)),
-    (False, 0, 0, (64, 4, 1, None, True, False, False)),
+    (False, 0, 512, 0, (128, 4, 3, None, False, False, False)),
+    (False, 0, 32, 0, (64, 4, 3, None, False, False, False)),
+    (False, 0, 0, 0, (64, 4, 1, None, True, False, False)),
 )
 
 
-def decode_config(paged: bool, b: int, hkv: int, max_ctx: int, config: dict | None = None) -> dict:
-    """The launch knobs (``KNOBS``) of a decode shape; ``config`` entries override them
-    (tests and benchmark sweeps; unknown keys raise ValueError).
+def decode_config(
+    paged: bool, b: int, hkv: int, max_ctx: int, config: dict | None = None, kv_bytes: int = 1
+) -> dict:
+    """The launch knobs (``KNOBS``) of a decode shape with a KV cache of ``kv_bytes``-byte
+    elements (1: FP8, 2: bf16 / fp16); ``config`` entries override them (tests and benchmark
+    sweeps; unknown keys raise ValueError).
 
     Example:
         >>> decode_config(True, 64, 8, 4096)["block_n"]
         128
+        >>> decode_config(True, 64, 8, 4096, kv_bytes=2)["block_n"]
+        64
     """
     knobs = next(
-        k for p, progs, ctx, k in CLASSES if p == paged and b * hkv >= progs and max_ctx >= ctx
+        k
+        for p, kv, progs, ctx, k in CLASSES
+        if p == paged and kv in (0, kv_bytes) and b * hkv >= progs and max_ctx >= ctx
     )
     cfg = dict(zip(KNOBS, knobs))
     unknown = set(config or ()) - set(KNOBS)

@@ -46,7 +46,7 @@ def decode_into(
         hkv, max_ctx, page = k.shape[1], k.shape[2], 1
         skb, skh, skt = k.stride(0), k.stride(1), k.stride(2)
         svb, svh, svt = v.stride(0), v.stride(1), v.stride(2)
-    cfg = decode_config(paged, bsz, hkv, max_ctx, config)
+    cfg = decode_config(paged, bsz, hkv, max_ctx, config, k.element_size())
     if bsz * hq == 0:
         return
     if k.dtype == torch.float32:
