@@ -13,6 +13,7 @@ import graphfuse.triton  # noqa: F401  (CUDA impls; until graphfuse/__init__ imp
 from graphfuse.ops.paged_ref import paged_decode_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
 from graphfuse.testing.numerics import assert_fp8_close, assert_nvfp4_close
+from graphfuse.triton.decode.config import CLASSES, KNOBS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -109,12 +110,10 @@ def test_paged_decode_matches_reference(seed: int) -> None:
 
 
 def _class_configs(paged: bool) -> list[dict]:
-    from graphfuse.triton.decode.config import CLASSES, KNOBS
-
     return [dict(zip(KNOBS, knobs)) for p, _, _, _, knobs in CLASSES if p == paged]
 
 
-@pytest.mark.parametrize("row", range(6))
+@pytest.mark.parametrize("row", range(len(_class_configs(True))))
 def test_paged_decode_each_shape_class(row: int) -> None:
     """Every paged row of the decode configuration table on small shapes (the table picks
     it for large ones)."""
