@@ -163,17 +163,22 @@ def inv_rms(sum_sq, K, eps):
 def rms_norm_fp8_kernel(
     x_ptr, res_ptr, res_out_ptr, w_ptr, s_ptr, out_ptr, K, sx, sr, eps,
     HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
-    WEIGHT_FIRST: tl.constexpr, BLOCK: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, EARLY: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """One program per row (``norm_act_ref.rms_norm_ref``; the row in ``BLOCK`` lanes):
     RMSNorm, then ``e4m3(z * (1/scale))`` into ``out_ptr`` (contiguous ``[M, K]``). With
     ``HAS_RES`` the row is ``h = x + residual`` rounded to x's dtype, also stored to
-    ``res_out_ptr`` (contiguous ``[M, K]``)."""
+    ``res_out_ptr`` (contiguous ``[M, K]``). ``EARLY``: the weight and the scale are loaded
+    with the row, before the reduction (their latency hidden where a row's latency is the
+    kernel's), else after it."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     row64 = row.to(tl.int64)
     mask = cols < K
     x = tl.load(x_ptr + row64 * sx + cols, mask=mask, other=0.0)
+    if EARLY:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        scale = tl.load(s_ptr).to(tl.float32)
     v = x.to(tl.float32)
     if HAS_RES:
         res = tl.load(res_ptr + row64 * sr + cols, mask=mask, other=0.0).to(tl.float32)
@@ -181,27 +186,30 @@ def rms_norm_fp8_kernel(
         tl.store(res_out_ptr + row64 * K + cols, h, mask=mask)
         v = h.to(tl.float32)
     r = inv_rms(tl.sum(v * v, axis=0), K, eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if not EARLY:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        scale = tl.load(s_ptr).to(tl.float32)
     z = normed(v, r, w, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    inv = tl.math.div_rn(1.0, tl.load(s_ptr).to(tl.float32))
+    inv = tl.math.div_rn(1.0, scale)
     tl.store(out_ptr + row64 * K + cols, e4m3(z * inv), mask=mask)
 
 
 @triton.jit
-def rms_norm_nvfp4_kernel(
-    x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sx, sr, eps,
-    DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
-    OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
+def _rms_norm_nvfp4_row(
+    x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sx, sr,
+    eps, DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
+    OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr,
+    EARLY: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
-    """Program ``row``: the row as ``[NB, 8]`` words (x, residual and weight through
-    ``split_pairs``; strides in words), RMSNorm as ``rms_norm_fp8_kernel``, then NVFP4 of the
-    row; with ``SWIZZLE`` also its share of the layout's padding rows."""
-    row = tl.program_id(0)
+    """``rms_norm_nvfp4_kernel``'s work on row ``row``."""
     kb = tl.arange(0, NB)
     words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
     row64 = row.to(tl.int64)
     mask = kb[:, None] < K // 16
     xw = tl.load(x_ptr + row64 * sx + words, mask=mask, other=0)
+    if EARLY:
+        ww = tl.load(w_ptr + words, mask=mask, other=0)
+        g = tl.load(g_ptr).to(tl.float32)
     if HAS_RES:
         ve, vo = split_pairs(xw, DT)
         re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
@@ -211,13 +219,40 @@ def rms_norm_nvfp4_kernel(
     else:
         ve, vo = split_pairs_f32(xw, DT)
     r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
-    we, wo = split_pairs(tl.load(w_ptr + words, mask=mask, other=0), W_DT)
+    if not EARLY:
+        ww = tl.load(w_ptr + words, mask=mask, other=0)
+        g = tl.load(g_ptr).to(tl.float32)
+    we, wo = split_pairs(ww, W_DT)
     ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
     zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    g = tl.load(g_ptr).to(tl.float32)
     store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
-    if SWIZZLE:
-        zero_sf_pad(scale_ptr, M, KB_PAD, row, M, NB * 8)
+
+
+@triton.jit
+def rms_norm_nvfp4_kernel(
+    x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sx, sr, eps,
+    DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
+    OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr,
+    EARLY: tl.constexpr, PAD: tl.constexpr, NB: tl.constexpr,
+):  # fmt: skip
+    """Program ``row < M``: the row as ``[NB, 8]`` words (x, residual and weight through
+    ``split_pairs``; strides in words), RMSNorm as ``rms_norm_fp8_kernel`` (``EARLY`` alike),
+    then NVFP4 of the row. ``PAD`` (swizzled scales, M not a multiple of 128): the programs
+    from ``M`` on zero the layout's padding rows instead, in parallel with the rows."""
+    row = tl.program_id(0)
+    if PAD:
+        if row >= M:
+            zero_sf_pad(scale_ptr, M, KB_PAD, row - M, tl.num_programs(0) - M, NB * 8)
+        else:
+            _rms_norm_nvfp4_row(
+                x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD,
+                sx, sr, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE, EARLY, NB,
+            )  # fmt: skip
+    else:
+        _rms_norm_nvfp4_row(
+            x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD,
+            sx, sr, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE, EARLY, NB,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -245,25 +280,46 @@ def act_and_mul_fp8_kernel(
 
 
 @triton.jit
-def act_and_mul_nvfp4_kernel(
-    gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sg, su,
+def _act_and_mul_nvfp4_chunk(
+    gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sg, su,
     DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
-    """Program (row, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
-    one row, read as ``[NB, 8]`` words (strides in words); with ``SWIZZLE`` the chunks also
-    cover the padding block columns (zero scales), and every program zeroes its share of the
-    layout's padding rows."""
-    row = tl.program_id(0)
+    """``act_and_mul_nvfp4_kernel``'s work on block chunk ``program_id(1)`` of row ``row``."""
     kb = tl.program_id(1) * NB + tl.arange(0, NB)
     words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
     row64 = row.to(tl.int64)
     mask = kb[:, None] < K // 16
     ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
     ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
+    g = tl.load(g_ptr).to(tl.float32)
     pe = act_and_mul(ge, ue, DT, ACT)
     po = act_and_mul(go, uo, DT, ACT)
-    g = tl.load(g_ptr).to(tl.float32)
     store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
-    if SWIZZLE:
-        pid = row * tl.num_programs(1) + tl.program_id(1)
-        zero_sf_pad(scale_ptr, M, KB_PAD, pid, M * tl.num_programs(1), NB * 8)
+
+
+@triton.jit
+def act_and_mul_nvfp4_kernel(
+    gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sg, su,
+    DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, PAD: tl.constexpr,
+    NB: tl.constexpr,
+):  # fmt: skip
+    """Program (row < M, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
+    one row, read as ``[NB, 8]`` words (strides in words); with ``SWIZZLE`` the chunks also
+    cover the padding block columns (zero scales). ``PAD`` (swizzled scales, M not a multiple
+    of 128): the programs of rows from ``M`` on zero the layout's padding rows instead."""
+    row = tl.program_id(0)
+    if PAD:
+        if row >= M:
+            pid = (row - M) * tl.num_programs(1) + tl.program_id(1)
+            nprog = (tl.num_programs(0) - M) * tl.num_programs(1)
+            zero_sf_pad(scale_ptr, M, KB_PAD, pid, nprog, NB * 8)
+        else:
+            _act_and_mul_nvfp4_chunk(
+                gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sg, su, DT, ACT,
+                SWIZZLE, NB,
+            )  # fmt: skip
+    else:
+        _act_and_mul_nvfp4_chunk(
+            gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sg, su, DT, ACT,
+            SWIZZLE, NB,
+        )  # fmt: skip

@@ -26,6 +26,24 @@ ACTIVATIONS = {"silu": SILU.value, "gelu_tanh": GELU_TANH.value}
 CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
 NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
 ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
+PAD_WORDS = 2048  # 32-bit words of swizzle padding zeroed by one padding program (at most)
+
+
+def _early(m: int, sms: int) -> bool:
+    """Whether the norm kernels load the weight with the row, before the reduction: where the
+    rows fit in one wave (at most one an SM) a row's latency is the kernel's, and the weight's
+    load then overlaps the row's; with more rows the early weight costs registers the other
+    rows' programs need (docs/gpu.md has the measurements)."""
+    return m <= sms
+
+
+def _pad_programs(m: int, kb_pad: int, swizzle: bool) -> int:
+    """Programs that zero the swizzled layout's padding rows (none when there are none),
+    launched beside the rows' programs: the zeros go out in parallel with the rows instead of
+    after them (at T = 1 the 127 padding rows are most of the bytes written)."""
+    if not swizzle or m % 128 == 0:
+        return 0
+    return triton.cdiv(kb_pad // 4 * 128, PAD_WORDS)
 
 
 def _norm_nvfp4_warps(nb: int, m: int, sms: int) -> int:
@@ -132,6 +150,7 @@ def rms_norm_quant_fp8_into(
         block = triton.next_power_of_2(k)
         rms_norm_fp8_kernel[(m,)](
             *args, scale, out, k, x2.stride(0), r2.stride(0), float(eps), BLOCK=block,
+            EARLY=_early(m, sm_count(x.device)),
             num_warps=4 if block <= 1024 else 8 if block <= 4096 else 16, **meta, **_EXACT,
         )  # fmt: skip
 
@@ -156,11 +175,13 @@ def rms_norm_quant_nvfp4_into(
         return
     x2, r2, r_out, w = (words(t.view(-1, k)) for t in args)
     nb = triton.next_power_of_2(sshape[1])  # a row covers the padding block columns too
-    warps = _norm_nvfp4_warps(nb, m, sm_count(x.device))
-    rms_norm_nvfp4_kernel[(m,)](
+    sms = sm_count(x.device)
+    pad = _pad_programs(m, sshape[1], swizzle)
+    rms_norm_nvfp4_kernel[(m + pad,)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         x2.stride(0), r2.stride(0), float(eps), DT=TL_DTYPE[x.dtype], W_DT=TL_DTYPE[weight.dtype],
-        SWIZZLE=bool(swizzle), NB=nb, num_warps=warps, **meta, **_EXACT,
+        SWIZZLE=bool(swizzle), EARLY=_early(m, sms), PAD=pad > 0, NB=nb,
+        num_warps=_norm_nvfp4_warps(nb, m, sms), **meta, **_EXACT,
     )  # fmt: skip
 
 
@@ -215,8 +236,10 @@ def act_and_mul_quant_nvfp4_into(
         return
     g2, u2 = words(g2), words(u2)
     nb = min(NB_ACT, triton.next_power_of_2(sshape[1]))
-    act_and_mul_nvfp4_kernel[(m, triton.cdiv(sshape[1], nb))](
+    chunks = triton.cdiv(sshape[1], nb)
+    pad_rows = triton.cdiv(_pad_programs(m, sshape[1], swizzle), chunks)
+    act_and_mul_nvfp4_kernel[(m + pad_rows, chunks)](
         g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         g2.stride(0), u2.stride(0), DT=TL_DTYPE[gate.dtype], ACT=act, SWIZZLE=bool(swizzle),
-        NB=nb, num_warps=ACT_NVFP4_WARPS, **_EXACT,
+        PAD=pad_rows > 0, NB=nb, num_warps=ACT_NVFP4_WARPS, **_EXACT,
     )  # fmt: skip
