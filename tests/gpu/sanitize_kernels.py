@@ -76,19 +76,21 @@ def main() -> None:
 
 
 def _norm_act(s: torch.Tensor) -> None:
-    """The six norm / act + quant ops: 130 rows (NVFP4's swizzled 128-row padding), a hidden
-    size that is not a power of two, merged gate / up halves read through their strides."""
+    """The six norm / act + quant ops at 1, 130 and 300 rows (NVFP4's swizzled 128-row padding
+    zeroed by the padding programs; rows fitting one wave and more), a hidden size that is not
+    a power of two, merged gate / up halves read through their strides."""
     ops, dev = torch.ops.graphfuse, "cuda"
-    x = torch.randn(130, 80, device=dev, dtype=torch.bfloat16)
-    res = torch.randn(130, 80, device=dev, dtype=torch.bfloat16)
-    w = torch.rand(80, device=dev, dtype=torch.bfloat16) + 0.5
-    gate, up = torch.randn(130, 2 * 1040, device=dev, dtype=torch.bfloat16).chunk(2, dim=-1)
-    ops.rms_norm_quant_fp8(x, w, 1e-6, s)
-    ops.add_rms_norm_quant_fp8(x, res, w, 1e-6, s)
-    ops.rms_norm_quant_nvfp4(x, w, 1e-6, s * 1e4)
-    ops.add_rms_norm_quant_nvfp4(x, res, w, 1e-6, s * 1e4)
-    ops.act_and_mul_quant_fp8(gate, up, s)
-    ops.act_and_mul_quant_nvfp4(gate, up, s * 1e4, "gelu_tanh")
+    for rows in (1, 130, 300):
+        x = torch.randn(rows, 80, device=dev, dtype=torch.bfloat16)
+        res = torch.randn(rows, 80, device=dev, dtype=torch.bfloat16)
+        w = torch.rand(80, device=dev, dtype=torch.bfloat16) + 0.5
+        gate, up = torch.randn(rows, 2 * 1040, device=dev, dtype=torch.bfloat16).chunk(2, dim=-1)
+        ops.rms_norm_quant_fp8(x, w, 1e-6, s)
+        ops.add_rms_norm_quant_fp8(x, res, w, 1e-6, s)
+        ops.rms_norm_quant_nvfp4(x, w, 1e-6, s * 1e4)
+        ops.add_rms_norm_quant_nvfp4(x, res, w, 1e-6, s * 1e4)
+        ops.act_and_mul_quant_fp8(gate, up, s)
+        ops.act_and_mul_quant_nvfp4(gate, up, s * 1e4, "gelu_tanh")
 
 
 def _warp_specialised(s: torch.Tensor) -> None:
