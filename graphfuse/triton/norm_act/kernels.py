@@ -221,10 +221,11 @@ def _rms_norm_nvfp4_row(
     r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
     if not EARLY:
         ww = tl.load(w_ptr + words, mask=mask, other=0)
-        g = tl.load(g_ptr).to(tl.float32)
     we, wo = split_pairs(ww, W_DT)
     ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
     zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    if not EARLY:
+        g = tl.load(g_ptr).to(tl.float32)
     store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
 
 
@@ -291,9 +292,9 @@ def _act_and_mul_nvfp4_chunk(
     mask = kb[:, None] < K // 16
     ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
     ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
-    g = tl.load(g_ptr).to(tl.float32)
     pe = act_and_mul(ge, ue, DT, ACT)
     po = act_and_mul(go, uo, DT, ACT)
+    g = tl.load(g_ptr).to(tl.float32)
     store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
 
 
