@@ -234,14 +234,15 @@ def rms_norm_nvfp4_kernel(
     x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sx, sr, eps,
     DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
     OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr,
-    EARLY: tl.constexpr, PAD: tl.constexpr, NB: tl.constexpr,
+    EARLY: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
     """Program ``row < M``: the row as ``[NB, 8]`` words (x, residual and weight through
     ``split_pairs``; strides in words), RMSNorm as ``rms_norm_fp8_kernel`` (``EARLY`` alike),
-    then NVFP4 of the row. ``PAD`` (swizzled scales, M not a multiple of 128): the programs
-    from ``M`` on zero the layout's padding rows instead, in parallel with the rows."""
+    then NVFP4 of the row. With ``SWIZZLE`` the programs from ``M`` on (the launcher adds
+    them where M is not a multiple of 128) zero the layout's padding rows, in parallel with
+    the rows."""
     row = tl.program_id(0)
-    if PAD:
+    if SWIZZLE:
         if row >= M:
             zero_sf_pad(scale_ptr, M, KB_PAD, row - M, tl.num_programs(0) - M, NB * 8)
         else:
@@ -301,15 +302,14 @@ def _act_and_mul_nvfp4_chunk(
 @triton.jit
 def act_and_mul_nvfp4_kernel(
     gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sg, su,
-    DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, PAD: tl.constexpr,
-    NB: tl.constexpr,
+    DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
     """Program (row < M, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
     one row, read as ``[NB, 8]`` words (strides in words); with ``SWIZZLE`` the chunks also
-    cover the padding block columns (zero scales). ``PAD`` (swizzled scales, M not a multiple
-    of 128): the programs of rows from ``M`` on zero the layout's padding rows instead."""
+    cover the padding block columns (zero scales), and the programs of rows from ``M`` on (the
+    launcher adds them where M is not a multiple of 128) zero the layout's padding rows."""
     row = tl.program_id(0)
-    if PAD:
+    if SWIZZLE:
         if row >= M:
             pid = (row - M) * tl.num_programs(1) + tl.program_id(1)
             nprog = (tl.num_programs(0) - M) * tl.num_programs(1)

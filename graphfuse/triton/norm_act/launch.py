@@ -180,7 +180,7 @@ def rms_norm_quant_nvfp4_into(
     rms_norm_nvfp4_kernel[(m + pad,)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         x2.stride(0), r2.stride(0), float(eps), DT=TL_DTYPE[x.dtype], W_DT=TL_DTYPE[weight.dtype],
-        SWIZZLE=bool(swizzle), EARLY=_early(m, sms), PAD=pad > 0, NB=nb,
+        SWIZZLE=bool(swizzle), EARLY=_early(m, sms), NB=nb,
         num_warps=_norm_nvfp4_warps(nb, m, sms), **meta, **_EXACT,
     )  # fmt: skip
 
@@ -241,5 +241,5 @@ def act_and_mul_quant_nvfp4_into(
     act_and_mul_nvfp4_kernel[(m + pad_rows, chunks)](
         g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         g2.stride(0), u2.stride(0), DT=TL_DTYPE[gate.dtype], ACT=act, SWIZZLE=bool(swizzle),
-        PAD=pad_rows > 0, NB=nb, num_warps=ACT_NVFP4_WARPS, **_EXACT,
+        NB=nb, num_warps=ACT_NVFP4_WARPS, **_EXACT,
     )  # fmt: skip
