@@ -242,14 +242,9 @@ def rms_norm_nvfp4_kernel(
     them where M is not a multiple of 128) zero the layout's padding rows, in parallel with
     the rows."""
     row = tl.program_id(0)
-    if SWIZZLE:
-        if row >= M:
+    if row >= M:
+        if SWIZZLE:
             zero_sf_pad(scale_ptr, M, KB_PAD, row - M, tl.num_programs(0) - M, NB * 8)
-        else:
-            _rms_norm_nvfp4_row(
-                x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD,
-                sx, sr, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE, EARLY, NB,
-            )  # fmt: skip
     else:
         _rms_norm_nvfp4_row(
             x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD,
@@ -309,16 +304,11 @@ def act_and_mul_nvfp4_kernel(
     cover the padding block columns (zero scales), and the programs of rows from ``M`` on (the
     launcher adds them where M is not a multiple of 128) zero the layout's padding rows."""
     row = tl.program_id(0)
-    if SWIZZLE:
-        if row >= M:
+    if row >= M:
+        if SWIZZLE:
             pid = (row - M) * tl.num_programs(1) + tl.program_id(1)
             nprog = (tl.num_programs(0) - M) * tl.num_programs(1)
             zero_sf_pad(scale_ptr, M, KB_PAD, pid, nprog, NB * 8)
-        else:
-            _act_and_mul_nvfp4_chunk(
-                gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sg, su, DT, ACT,
-                SWIZZLE, NB,
-            )  # fmt: skip
     else:
         _act_and_mul_nvfp4_chunk(
             gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sg, su, DT, ACT,

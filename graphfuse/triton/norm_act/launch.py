@@ -33,7 +33,7 @@ def _early(m: int, sms: int) -> bool:
     """Whether the norm kernels load the weight with the row, before the reduction: where the
     rows fit in one wave (at most one an SM) a row's latency is the kernel's, and the weight's
     load then overlaps the row's; with more rows the early weight costs registers the other
-    rows' programs need (docs/gpu.md has the measurements)."""
+    rows' programs need (docs/serving.md has the measurements)."""
     return m <= sms
 
 
