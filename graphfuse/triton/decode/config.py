@@ -4,11 +4,9 @@ One kernel design ships (``kernels.py``); what varies with the shape is the tile
 tokens), ``num_warps`` / ``num_stages``, the split count, whether the next KV tile is
 double-buffered in registers (``prefetch``) instead of left to Triton's pipeliner, whether
 block-table entries are read one tile ahead (``bt_ahead``, paged KV), and the grid order
-(``head_major``: ``(Hkv, B, splits)``). The table holds the winners of the H200 decode sweep
-(2026-12-03), three paged rows re-chosen and a 16-bit-KV row added by an H100 sweep after the
-FP8 V tile moved to the 16-bit route (2026-12-05; docs/gpu.md records the runs): the class of
-a launch is its KV kind (paged or dense, and the element size), its program count
-``B * Hkv`` and its context length. Split counts and tiles depend on shapes
+(``head_major``: ``(Hkv, B, splits)``). The rows are the winners of the decode sweeps that
+docs/gpu.md records: the class of a launch is its KV kind (paged or dense, and the element
+size), its program count ``B * Hkv`` and its context length. Split counts and tiles depend on shapes
 only (no host sync), so every launch is CUDA-graph capturable.
 """
 
