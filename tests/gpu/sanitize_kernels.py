@@ -68,6 +68,17 @@ def main() -> None:
     for splits in (1, 5):
         for prefetch in (False, True):
             paged_into(*pa, pk, 2, s * 1e4, sf, config={"splits": splits, "prefetch": prefetch})
+    # one sequence of 1050 tokens in 17 splits of 64: the merge's 4-warp launch
+    cache = (torch.randn(70, 2, 16, 2, 128, device=dev) * 64).to(FP8)
+    tables = torch.randperm(70, device=dev)[:66].view(1, 66).to(torch.int32)
+    lens = torch.tensor([1050], device=dev, dtype=torch.int32)
+    pl = (qd[:1], cache, tables, lens, None, sc, sc, None)
+    cfg = {"splits": 17, "block_n": 64}
+    paged_into(*pl, o[:1], 1, s, config=cfg)
+    pshape, sshape = nvfp4_shapes(1, 8 * 128)
+    pk = torch.empty(pshape, device=dev, dtype=torch.uint8)
+    sf = torch.empty(sshape, device=dev, dtype=FP8)
+    paged_into(*pl, pk, 2, s * 1e4, sf, config=cfg)
     _norm_act(s)
     if torch.cuda.get_device_capability() == (9, 0):
         _warp_specialised(s)

@@ -60,7 +60,7 @@ def _cases(n: int, seed: int):
             block=rng.choice([16, 16, 32]),
             max_blocks=rng.choice([1, 7, 40]),
             kv=rng.choice([FP8, FP8, torch.bfloat16]),
-            splits=rng.choice([None, 1, 3]),
+            splits=rng.choice([None, 1, 3, 20]),  # 20: the merge's 4-warp launch
             prefetch=rng.choice([None, False, True]),
             seed=rng.randrange(1 << 30),
         )

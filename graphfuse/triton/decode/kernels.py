@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ..formats import zero_sf_pad
-from .tiles import q_prep, walk_kv, write_rows
+from .tiles import merge_splits, q_prep, walk_kv, write_rows
 
 
 @triton.jit
@@ -80,33 +80,14 @@ def decode_kernel(
 
 @triton.jit
 def decode_merge(
-    PO, PML, VS, OSC, OUT, SF, NROWS, HQ, D, sob, soh, NV_K, NV_KBPAD,
-    NSPLIT: tl.constexpr, SP: tl.constexpr, HAS_VS: tl.constexpr, OUT_KIND: tl.constexpr,
-    RH: tl.constexpr, DP: tl.constexpr,
+    PO, PML, VS, OSC, OUT, SF, NROWS, HQ, NSPLIT, D, sob, soh, NV_K, NV_KBPAD,
+    HAS_VS: tl.constexpr, OUT_KIND: tl.constexpr, SC: tl.constexpr, DP: tl.constexpr,
 ):  # fmt: skip
-    """One program merges RH (batch, head) rows: out = sum_s w_s acc_s / sum_s w_s l_s."""
-    rows = tl.program_id(0) * RH + tl.arange(0, RH)  # flat b * HQ + h
+    """Program ``r`` merges the splits of row ``r`` (flat ``b * HQ + h``), SC a step
+    (``merge_splits``), and writes the row in the output format."""
+    rows = tl.program_id(0) + tl.arange(0, 1)
     rmask = rows < NROWS
-    offs_s = tl.arange(0, SP)
-    smask = offs_s < NSPLIT
-    base = rows.to(tl.int64)[:, None] * NSPLIT + offs_s[None, :]
-    lmask = rmask[:, None] & smask[None, :]
-    m = tl.load(PML + base * 2, mask=lmask, other=float("-inf"))
-    lsum = tl.load(PML + base * 2 + 1, mask=lmask, other=0.0)
-    m_max = tl.max(m, 1)
-    m_max = tl.where(m_max == float("-inf"), 0.0, m_max)
-    w = tl.math.exp2(m - m_max[:, None])
-    l_tot = tl.sum(w * lsum, 1)
-    offs_d = tl.arange(0, DP)
-    o = tl.zeros([RH, DP], tl.float32)
-    for s in tl.static_range(NSPLIT):
-        ws = tl.sum(tl.where(offs_s[None, :] == s, w, 0.0), 1)
-        part = tl.load(
-            PO + (rows.to(tl.int64) * NSPLIT + s)[:, None] * DP + offs_d[None, :],
-            mask=rmask[:, None],
-            other=0.0,
-        )
-        o += part * ws[:, None]
+    o, l_tot = merge_splits(PO, PML, rows, rmask, NSPLIT, tl.arange(0, DP), SC, DP)
     write_rows(
         o, l_tot, (rows // HQ).to(tl.int64), rows % HQ, rmask, VS, OSC, OUT, SF, sob, soh,
         D, NV_K, NV_KBPAD, HAS_VS, OUT_KIND, DP,

@@ -14,6 +14,21 @@ from .config import choose_splits, decode_config
 from .kernels import decode_kernel, decode_merge
 
 
+def merge_launch(splits: int) -> tuple[int, int]:
+    """``(num_warps, splits a step)`` of the merge, whose programs take one (sequence, head)
+    row each (a few sequences' merges spread over as many programs as rows). Up to 8 splits:
+    one warp, so the sum over splits stays within each thread; from 16: 4 warps reading 32
+    splits a step (docs/gpu.md, "Decode: the split merge", has the measurements).
+
+    Example:
+        >>> merge_launch(4), merge_launch(33)
+        ((1, 4), (4, 32))
+    """
+    if splits >= 16:
+        return 4, 32
+    return 1, min(triton.next_power_of_2(splits), 8)
+
+
 def decode_into(
     q, k, v, q_scale, k_scale, v_scale, scale, out: torch.Tensor, out_kind: int,
     out_strides: tuple[int, int], out_scale=None, sf=None, block_tables=None, seq_lens=None,
@@ -102,9 +117,9 @@ def decode_into(
         SF_PAD=pad_in_kernel, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )  # fmt: skip
     if split_out:
-        rh = 4
-        decode_merge[(triton.cdiv(bsz * hq, rh),)](
-            po, pml, vs_arg, osc_arg, out, sf_u8, bsz * hq, hq, d, sob, soh, nv_k, nv_kbpad,
-            NSPLIT=splits, SP=max(2, triton.next_power_of_2(splits)),
-            HAS_VS=v_scale is not None, OUT_KIND=out_kind, RH=rh, DP=dp, num_warps=4,
+        warps, sc = merge_launch(splits)
+        decode_merge[(bsz * hq,)](
+            po, pml, vs_arg, osc_arg, out, sf_u8, bsz * hq, hq, splits, d, sob, soh, nv_k,
+            nv_kbpad, HAS_VS=v_scale is not None, OUT_KIND=out_kind, SC=sc, DP=dp,
+            num_warps=warps,
         )  # fmt: skip

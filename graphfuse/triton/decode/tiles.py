@@ -165,3 +165,28 @@ def write_rows(
         acc, inv_l, row_off, row_off // NV_K, row_off % NV_K, hmask, OUT, OSC, SF,
         D, NV_K, NV_KBPAD, OUT_KIND, DP,
     )  # fmt: skip
+
+
+@triton.jit
+def merge_splits(PO, PML, rows, rmask, nsplit, offs_d, SC: tl.constexpr, DP: tl.constexpr):
+    """The split partials of ``rows`` (flat ``b * HQ + head``) merged, SC splits a step:
+    ``acc = sum_s 2^(m_s - m) acc_s`` and ``l = sum_s 2^(m_s - m) l_s`` with ``m`` the
+    largest ``m_s`` (rows whose splits saw no token: 0 and 0)."""
+    m = tl.full(rows.shape, float("-inf"), tl.float32)
+    l_tot = tl.zeros(rows.shape, tl.float32)
+    o = tl.zeros([rows.shape[0], DP], tl.float32)
+    offs_s = tl.arange(0, SC)
+    for s0 in range(0, nsplit, SC):
+        smask = rmask[:, None] & (s0 + offs_s < nsplit)[None, :]
+        base = rows.to(tl.int64)[:, None] * nsplit + s0 + offs_s[None, :]
+        ms = tl.load(PML + base * 2, mask=smask, other=float("-inf"))
+        ls = tl.load(PML + base * 2 + 1, mask=smask, other=0.0)
+        part = tl.load(PO + base[:, :, None] * DP + offs_d[None, None, :], mask=smask[:, :, None])
+        m_new = tl.maximum(m, tl.max(ms, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w = tl.math.exp2(ms - m_use[:, None])
+        alpha = tl.math.exp2(m - m_use)
+        o = o * alpha[:, None] + tl.sum(part * w[:, :, None], 1)
+        l_tot = l_tot * alpha + tl.sum(w * ls, 1)
+        m = m_new
+    return o, l_tot
