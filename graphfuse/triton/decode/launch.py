@@ -16,9 +16,10 @@ from .kernels import decode_kernel, decode_merge
 
 def merge_launch(splits: int) -> tuple[int, int]:
     """``(num_warps, splits a step)`` of the merge, whose programs take one (sequence, head)
-    row each (a few sequences' merges spread over as many programs as rows). Up to 8 splits:
-    one warp, so the sum over splits stays within each thread; from 16: 4 warps reading 32
-    splits a step (docs/gpu.md, "Decode: the split merge", has the measurements).
+    row each (a few sequences' merges spread over as many programs as rows). Under 16
+    splits: one warp reading up to 8 splits a step, so the sum over splits stays within each
+    thread; from 16: 4 warps reading 32 a step (docs/gpu.md, "Decode: the split merge", has
+    the measurements).
 
     Example:
         >>> merge_launch(4), merge_launch(33)

@@ -181,7 +181,9 @@ def merge_splits(PO, PML, rows, rmask, nsplit, offs_d, SC: tl.constexpr, DP: tl.
         base = rows.to(tl.int64)[:, None] * nsplit + s0 + offs_s[None, :]
         ms = tl.load(PML + base * 2, mask=smask, other=float("-inf"))
         ls = tl.load(PML + base * 2 + 1, mask=smask, other=0.0)
-        part = tl.load(PO + base[:, :, None] * DP + offs_d[None, None, :], mask=smask[:, :, None])
+        part = tl.load(
+            PO + base[:, :, None] * DP + offs_d[None, None, :], mask=smask[:, :, None], other=0.0
+        )
         m_new = tl.maximum(m, tl.max(ms, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         w = tl.math.exp2(ms - m_use[:, None])
