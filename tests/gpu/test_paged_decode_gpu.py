@@ -60,7 +60,7 @@ def _cases(n: int, seed: int):
             block=rng.choice([16, 16, 32]),
             max_blocks=rng.choice([1, 7, 40]),
             kv=rng.choice([FP8, FP8, torch.bfloat16]),
-            splits=rng.choice([None, 1, 3, 20]),  # 20: the merge's 4-warp launch
+            splits=rng.choice([None, 1, 3, 20]),
             prefetch=rng.choice([None, False, True]),
             seed=rng.randrange(1 << 30),
         )
@@ -107,6 +107,20 @@ def run_case(c: dict, config: dict | None = None) -> None:
 def test_paged_decode_matches_reference(seed: int) -> None:
     for c in _cases(5, seed):
         run_case(c)
+
+
+# sequences long enough for the merge's 4-warp launch (16 splits or more): 20 splits of a
+# 1280-token table and 64 of a 4096-token one, 64-token tiles
+MANY_SPLITS = [
+    dict(b=2, hq=32, hkv=8, d=128, block=32, max_blocks=40, kv=FP8, splits=20, seed=11),
+    dict(b=1, hq=40, hkv=8, d=128, block=32, max_blocks=128, kv=FP8, splits=64, seed=12),
+    dict(b=3, hq=8, hkv=8, d=64, block=16, max_blocks=80, kv=torch.bfloat16, splits=20, seed=13),
+]
+
+
+@pytest.mark.parametrize("case", range(len(MANY_SPLITS)))
+def test_paged_decode_many_splits(case: int) -> None:
+    run_case(dict(MANY_SPLITS[case], prefetch=None), {"block_n": 64})
 
 
 def _class_configs(paged: bool) -> list[dict]:
