@@ -124,6 +124,23 @@ def test_ws_matches_reference(seed: int, ws_calls: list) -> None:
         _run_case(c, ws_calls)
 
 
+# more row blocks than SMs, so each persistent program takes several (``_item``): causal
+# lengths dealt in the snake order, and bottom-right blocks with no key tile at all
+MANY_ITEMS = [
+    dict(b=2, hq=16, hkv=4, sq=1280, skv=1280, d=128, dtype=torch.bfloat16, causal="top_left"),
+    dict(b=2, hq=32, hkv=8, sq=1024, skv=384, d=128, dtype=FP8, causal="bottom_right"),
+    dict(b=3, hq=16, hkv=2, sq=768, skv=1024, d=64, dtype=torch.float16, causal="none"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(MANY_ITEMS)))
+def test_ws_more_blocks_than_sms(case: int, ws_calls: list) -> None:
+    c = dict(MANY_ITEMS[case], scale=None, mem="bshd", layout="bhsd", seed=40 + case)
+    n_blocks = c["b"] * c["hq"] * c["sq"] // 128
+    assert n_blocks > torch.cuda.get_device_properties(0).multi_processor_count
+    _run_case(c, ws_calls)
+
+
 def test_ws_and_triton_kernel_agree(ws_calls: list) -> None:
     """The same call through both kernels (``WS`` off): 16-bit outputs within rounding."""
     from graphfuse.triton.ops import attention_run as run

@@ -3,39 +3,44 @@
 One kernel design ships (``kernels.py``); what varies with the shape is the tile (``block_n``
 tokens), ``num_warps`` / ``num_stages``, the split count, whether the next KV tile is
 double-buffered in registers (``prefetch``) instead of left to Triton's pipeliner, whether
-block-table entries are read one tile ahead (``bt_ahead``, paged KV), and the grid order
-(``head_major``: ``(Hkv, B, splits)``). The rows are the winners of the decode sweeps that
-docs/gpu.md records: the class of a launch is its KV kind (paged or dense, and the element
-size), its program count ``B * Hkv`` and its context length. Split counts and tiles depend on shapes
-only (no host sync), so every launch is CUDA-graph capturable.
+block-table entries are read one tile ahead (``bt_ahead``, paged KV), the grid order
+(``head_major``: ``(Hkv, B, splits)``) and whether the split merge is a programmatic
+dependent launch (``pdl``, sm_90 and later; ``kernels.py``). The rows are the winners of the
+decode sweeps that docs/gpu.md records: the class of a launch is its KV kind (paged or
+dense, and the element size), its program count ``B * Hkv`` and its context length. Split
+counts and tiles depend on shapes only (no host sync), so every launch is CUDA-graph
+capturable.
 """
 
 from __future__ import annotations
 
 import math
 
-KNOBS = ("block_n", "num_warps", "num_stages", "splits", "prefetch", "bt_ahead", "head_major")
+KNOBS = (
+    "block_n", "num_warps", "num_stages", "splits", "prefetch", "bt_ahead", "head_major", "pdl",
+)  # fmt: skip
 
 # (paged, KV element bytes (0: any), least B*Hkv, least max context) -> KNOBS (splits None:
 # ``choose_splits``); the first matching row wins
 CLASSES = (
     # paged, 16-bit KV, long contexts on a full grid: 64-token tiles in two stages (38 KB of
     # shared memory, 5 programs an SM, against 1 for the FP8 row's 128-token tiles)
-    (True, 2, 256, 2048, (64, 4, 2, 1, False, True, False)),
+    (True, 2, 256, 2048, (64, 4, 2, 1, False, True, False, False)),
     # paged: long contexts on a full grid: wide tiles, one split, a sequence's KV heads
     # side by side
-    (True, 0, 256, 2048, (128, 4, 3, 1, False, True, True)),
+    (True, 0, 256, 2048, (128, 4, 3, 1, False, True, True, False)),
     # paged, full grid, short contexts (B=128 ctx 1k): 64-token tiles, two stages, head-major
-    (True, 0, 512, 0, (64, 4, 2, None, False, False, True)),
-    (True, 0, 256, 0, (64, 4, 3, None, False, False, False)),
+    (True, 0, 512, 0, (64, 4, 2, None, False, False, True, True)),
+    (True, 0, 256, 0, (64, 4, 3, None, False, False, False, True)),
     # paged, B ~ 8: table one tile ahead, a sequence's KV heads side by side
-    (True, 0, 9, 0, (64, 4, 3, None, False, True, True)),
-    # paged, B = 1: 8 warps, no pipelining
-    (True, 0, 0, 0, (64, 8, 1, None, False, True, False)),
-    # dense KV (the attention ops with Sq = 1)
-    (False, 0, 512, 0, (128, 4, 3, None, False, False, False)),
-    (False, 0, 32, 0, (64, 4, 3, None, False, False, False)),
-    (False, 0, 0, 0, (64, 4, 1, None, True, False, False)),
+    (True, 0, 9, 0, (64, 4, 3, None, False, True, True, True)),
+    # paged, B = 1: 8 warps, no pipelining; the merge launched after the decode kernel (a
+    # programmatic dependent launch measured slower here, faster on the rows above)
+    (True, 0, 0, 0, (64, 8, 1, None, False, True, False, False)),
+    # dense KV (the attention ops with Sq = 1; the dependent launch not timed here)
+    (False, 0, 512, 0, (128, 4, 3, None, False, False, False, False)),
+    (False, 0, 32, 0, (64, 4, 3, None, False, False, False, False)),
+    (False, 0, 0, 0, (64, 4, 1, None, True, False, False, False)),
 )
 
 

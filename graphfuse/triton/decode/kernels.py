@@ -9,12 +9,17 @@ once. Paged or dense KV.
 With one split the kernel writes the final output itself; with more, each split writes its
 unnormalised partial (fp32 acc, running max, sum) and ``decode_merge`` combines them and then
 quantizes (FP8 / NVFP4 / 16-bit): the quantizer sees the merged output, never a partial.
+On sm_90 and later the merge is a programmatic dependent launch (``PDL``): the decode
+kernel's programs signal at their start that it may launch, so its programs are resident
+and waiting (``griddepcontrol.wait``: the decode grid complete, its writes visible) when the
+last decode program ends, instead of being launched then.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ..formats import zero_sf_pad
 from .tiles import merge_splits, q_prep, walk_kv, write_rows
@@ -29,8 +34,10 @@ def decode_kernel(
     SPLIT_OUT: tl.constexpr, OUT_KIND: tl.constexpr, DOT_DT: tl.constexpr,
     Q_RESCALE: tl.constexpr, GP: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr,
     PREFETCH: tl.constexpr, BT_AHEAD: tl.constexpr, HEAD_MAJOR: tl.constexpr,
-    SF_PAD: tl.constexpr,
+    SF_PAD: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:  # the merge's programs may start once every program here has (module docstring)
+        gdc_launch_dependents()
     if HEAD_MAJOR:
         hk = tl.program_id(0).to(tl.int64)
         b = tl.program_id(1).to(tl.int64)
@@ -82,11 +89,14 @@ def decode_kernel(
 def decode_merge(
     PO, PML, VS, OSC, OUT, SF, NROWS, HQ, NSPLIT, D, sob, soh, NV_K, NV_KBPAD,
     HAS_VS: tl.constexpr, OUT_KIND: tl.constexpr, SC: tl.constexpr, DP: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     """Program ``r`` merges the splits of row ``r`` (flat ``b * HQ + h``), SC a step
     (``merge_splits``), and writes the row in the output format."""
     rows = tl.program_id(0) + tl.arange(0, 1)
     rmask = rows < NROWS
+    if PDL:  # launched early: wait until the decode kernel's partials are written
+        gdc_wait()
     o, l_tot = merge_splits(PO, PML, rows, rmask, NSPLIT, tl.arange(0, DP), SC, DP)
     write_rows(
         o, l_tot, (rows // HQ).to(tl.int64), rows % HQ, rmask, VS, OSC, OUT, SF, sob, soh,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -95,6 +96,7 @@ def decode_into(
             zero_scale_padding(sf, nv_m, nv_k // 16)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     split_out = splits > 1
+    pdl = split_out and cfg["pdl"] and _has_pdl(q.device)
     if split_out:
         po = torch.empty((bsz, hq, splits, dp), dtype=torch.float32, device=q.device)
         pml = torch.empty((bsz, hq, splits, 2), dtype=torch.float32, device=q.device)
@@ -115,12 +117,19 @@ def decode_into(
         PAGED=paged, SPLIT_OUT=split_out, OUT_KIND=out_kind, DOT_DT=TL_DTYPE[dot_dt],
         Q_RESCALE=q_rescale, GP=max(16, triton.next_power_of_2(g)), BLOCK_N=block_n, DP=dp,
         PREFETCH=cfg["prefetch"], BT_AHEAD=cfg["bt_ahead"], HEAD_MAJOR=cfg["head_major"],
-        SF_PAD=pad_in_kernel, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        SF_PAD=pad_in_kernel, PDL=pdl, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
     )  # fmt: skip
     if split_out:
         warps, sc = merge_launch(splits)
         decode_merge[(bsz * hq,)](
             po, pml, vs_arg, osc_arg, out, sf_u8, bsz * hq, hq, splits, d, sob, soh, nv_k,
-            nv_kbpad, HAS_VS=v_scale is not None, OUT_KIND=out_kind, SC=sc, DP=dp,
-            num_warps=warps,
+            nv_kbpad, HAS_VS=v_scale is not None, OUT_KIND=out_kind, SC=sc, DP=dp, PDL=pdl,
+            num_warps=warps, **({"launch_pdl": True} if pdl else {}),
         )  # fmt: skip
+
+
+@functools.cache
+def _has_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch (``griddepcontrol``): CUDA devices from sm_90."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9

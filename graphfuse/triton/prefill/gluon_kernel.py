@@ -6,10 +6,11 @@ warpgroups run their softmax at the same time while the tensor cores wait; on th
 stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no better
 (measured 2026-12-03, docs/gpu.md). Here the roles are split as FlashAttention-3 does:
 
-- a producer warp loads Q once and K / V tiles with TMA into a 2-stage ring of buffers
-  (mbarriers: "ready" with the byte count; K and V each have an "empty" barrier released by
-  both consumers, so a K slot refills once its ``Q K^T`` is done, before the ``P V`` of the
-  same tile);
+- a producer warp loads each row block's Q and its K / V tiles with TMA, K / V into a
+  2-stage ring of buffers (mbarriers: "ready" with the byte count; K and V each have an
+  "empty" barrier released by both consumers, so a K slot refills once its ``Q K^T`` is
+  done, before the ``P V`` of the same tile; Q has one too, released after the block's last
+  ``Q K^T``);
 - two consumer warpgroups, each owning 64 of the CTA's 128 query rows, run ``S = Q K^T``
   (wgmma from shared memory; FP8 operands on the FP8 tensor cores, both K-major), the online
   softmax (exp2 with the softmax and dequant scales folded in, 16-bit P) and
@@ -27,6 +28,13 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
   (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite) or NVFP4 (packed codes and
   swizzled scale bytes), with the arithmetic of ``store_attention_acc``.
   An FP8 V is upcast to fp16 once per call on the host side (exact).
+
+The kernel is persistent: one program per SM (fewer when there are fewer row blocks) takes
+the 128-row blocks of every (batch, head) in turn, heaviest first and dealt in a snake order
+(``_item``), so the producer loads the next block's Q and first K / V tiles while the
+consumers finish the last block's ``P V`` and write it; the ring's slots and phases run on
+across blocks. On an H100 this ran the causal B=4 S=4096 rows 4-7% faster than one program
+per row block (docs/gpu.md, "Prefill: the persistent schedule").
 
 Which calls it serves is the rule in ``prefill/__init__.py`` (``config.ws_eligible`` on an
 sm_90 device with Gluon); ``launch.gluon_attention_into`` launches it. The tile shape
@@ -53,38 +61,69 @@ MAXNREG = 168  # 3 warpgroups: 2 x 240 + 24 (rounded) <= 3 x 168
 
 @gluon.jit
 def _producer(
-    q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty,
-    q_row, q_col, kv_row, kv_col, n_tiles,
+    q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, q_empty, k_ready, v_ready, k_empty,
+    v_empty, n_items, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, q_rb, q_rh, q_ch,
+    kv_rb, kv_rh, kv_ch,
 ):  # fmt: skip
     # constexprs come from the buffers' types: scalars passed through warp_specialize arrive
     # as run-time values
     NSTAGE: gl.constexpr = k_bufs.type.shape[0]
     BN: gl.constexpr = k_bufs.type.shape[1]
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, q_col], q_bar, q_bufs.index(0))
-    tma.async_copy_global_to_shared(q_desc, [q_row + 64, q_col], q_bar, q_bufs.index(1))
-    for j in range(n_tiles):
-        s = j % NSTAGE
-        ph = (j // NSTAGE) & 1
-        mbarrier.wait(k_empty.index(s), ph ^ 1)  # both consumers' Q K^T of tile j - NSTAGE done
-        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            k_desc, [kv_row + j * BN, kv_col], k_ready.index(s), k_bufs.index(s)
+    t = 0  # key tiles loaded so far: the ring's slot and phase run on across work items
+    for it in range(n_items):
+        b, h, hk, q_start, n_tiles = _item(
+            it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN
         )
-        mbarrier.wait(v_empty.index(s), ph ^ 1)  # both consumers' P V of tile j - NSTAGE done
-        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            v_desc, [kv_row + j * BN, kv_col], v_ready.index(s), v_bufs.index(s)
-        )
+        q_row = b * q_rb + h * q_rh + q_start
+        kv_row = b * kv_rb + hk * kv_rh
+        mbarrier.wait(q_empty, (it & 1) ^ 1)  # both consumers' last Q K^T of the item before
+        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row, h * q_ch], q_bar, q_bufs.index(0))
+        tma.async_copy_global_to_shared(q_desc, [q_row + 64, h * q_ch], q_bar, q_bufs.index(1))
+        for j in range(n_tiles):
+            s = t % NSTAGE
+            ph = (t // NSTAGE) & 1
+            mbarrier.wait(k_empty.index(s), ph ^ 1)  # both consumers' Q K^T of tile t - NSTAGE
+            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                k_desc, [kv_row + j * BN, hk * kv_ch], k_ready.index(s), k_bufs.index(s)
+            )
+            mbarrier.wait(v_empty.index(s), ph ^ 1)  # both consumers' P V of tile t - NSTAGE
+            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                v_desc, [kv_row + j * BN, hk * kv_ch], v_ready.index(s), v_bufs.index(s)
+            )
+            t += 1
+
+
+@gluon.jit
+def _item(it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN: gl.constexpr):
+    """This program's ``it``-th work item, a 128-row block of one (batch, head): (b, h, KV
+    head, first query row, key tiles). Items are ordered heaviest first (every (batch, head)'s
+    last row block, then the one before) and dealt to the programs in a snake: round ``it``
+    gives program ``pid`` item ``it * nprog + pid`` when ``it`` is even, ``.. + nprog - 1 -
+    pid`` when odd, which balances the causal lengths."""
+    r = gl.where(it % 2 == 0, pid, nprog - 1 - pid)
+    i = it * nprog + r
+    bh = i % BH
+    b = bh // H
+    h = bh % H
+    q_start = (n_m - 1 - i // BH) * 128
+    if causal != 0:
+        n_tiles = gl.minimum(gl.maximum(q_start + 128 + causal_off, 0) + BN - 1, SKV) // BN
+    else:
+        n_tiles = SKV // BN
+    return b, h, h // G, q_start, n_tiles
 
 
 @gluon.jit
 def _consume(
-    c: gl.constexpr, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready,
-    k_empty, v_empty, go_bar, out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-    qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, nv_col0, nv_k, nv_kbpad,
+    c: gl.constexpr, out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, q_empty, k_ready, v_ready,
+    k_empty, v_empty, go_bar, n_items, pid, nprog, BH, H, G, SKV, n_m, sob, soh, sos, qk_scale,
+    causal, causal_off, qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nmb, nmh, nms, nch, nv_k,
+    nv_kbpad,
 ):  # fmt: skip
-    """Consumer ``c``: query rows ``q_start + 64c ..`` of the CTA's block."""
+    """Consumer ``c``: query rows ``64c ..`` of each work item's 128-row block."""
     NSTAGE: gl.constexpr = k_bufs.type.shape[0]
     BN: gl.constexpr = k_bufs.type.shape[1]
     HD: gl.constexpr = k_bufs.type.shape[2]
@@ -107,80 +146,96 @@ def _consume(
     o_scale = gl.full([], 1.0, gl.float32)
     if scale_bits & 4:
         o_scale = gl.load(vs_ptr).to(gl.float32)
-    first_row = q_start + c * 64
-    rows = first_row + gl.arange(0, 64, layout=row_l)
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-    m_i = gl.full([64], float("-inf"), gl.float32, layout=row_l)
-    l_i = gl.full([64], 0.0, gl.float32, layout=row_l)
-    acc = gl.zeros([64, HD], gl.float32, layout=o_layout)
     zero_s = gl.zeros([64, BN], gl.float32, layout=s_layout)
-    mbarrier.wait(q_bar, 0)
     if c == 1:
         mbarrier.wait(go_bar, 0)
-    if n_tiles > 0:
-        # FlashAttention-3's order: tile j's Q K^T and tile j-1's P V are issued back to back,
-        # tile j's softmax runs while P V is on the tensor cores; P (16-bit) is the value the
-        # loop carries, S lives inside one step
-        mbarrier.wait(k_ready.index(0), 0)
-        qk = warpgroup_mma(
-            q_bufs.index(c), k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True
+    t = 0  # key tiles consumed so far (the producer's count)
+    for it in range(n_items):
+        b, h, hk, q_start, n_tiles = _item(
+            it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN
         )
-        qk = warpgroup_mma_wait(0, deps=(qk,))
-        mbarrier.arrive(k_empty.index(0), count=1)
-        if c == 0:
-            mbarrier.arrive(go_bar, count=1)
-        p, alpha, m_i, l_i = _softmax_step(
-            qk, 0, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN
-        )
-        p16 = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
-        for j in range(1, n_tiles):
-            s = j % NSTAGE
-            sp = (j - 1) % NSTAGE
-            mbarrier.wait(k_ready.index(s), (j // NSTAGE) & 1)
+        first_row = q_start + c * 64
+        rows = first_row + gl.arange(0, 64, layout=row_l)
+        m_i = gl.full([64], float("-inf"), gl.float32, layout=row_l)
+        l_i = gl.full([64], 0.0, gl.float32, layout=row_l)
+        acc = gl.zeros([64, HD], gl.float32, layout=o_layout)
+        mbarrier.wait(q_bar, it & 1)
+        if n_tiles > 0:
+            # FlashAttention-3's order: tile j's Q K^T and tile j-1's P V are issued back to
+            # back, tile j's softmax runs while P V is on the tensor cores; P (16-bit) is the
+            # value the loop carries, S lives inside one step
+            s = t % NSTAGE
+            mbarrier.wait(k_ready.index(s), (t // NSTAGE) & 1)
             qk = warpgroup_mma(
                 q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False,
                 is_async=True,
             )  # fmt: skip
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
-            mbarrier.wait(v_ready.index(sp), ((j - 1) // NSTAGE) & 1)
-            acc = warpgroup_mma(p16, v_bufs.index(sp), acc, is_async=True)
-            qk = warpgroup_mma_wait(1, deps=(qk,))
+            qk = warpgroup_mma_wait(0, deps=(qk,))
             mbarrier.arrive(k_empty.index(s), count=1)
-            if qk_scale == qk_scale:  # a block of its own (module docstring)
-                p, alpha, m_i, l_i = _softmax_step(
-                    qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN
-                )
-            acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
-            mbarrier.arrive(v_empty.index(sp), count=1)
+            if c == 0:
+                if it == 0:
+                    mbarrier.arrive(go_bar, count=1)
+            p, alpha, m_i, l_i = _softmax_step(
+                qk, 0, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN
+            )
             p16 = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
-        j = n_tiles - 1
-        s = j % NSTAGE
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
-        mbarrier.wait(v_ready.index(s), (j // NSTAGE) & 1)
-        acc = warpgroup_mma(p16, v_bufs.index(s), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(v_empty.index(s), count=1)
-    else:
-        if c == 0:  # no key tile at all (bottom-right causal, Sq > Skv): release consumer 1
-            mbarrier.arrive(go_bar, count=1)
-    l_o = gl.convert_layout(l_i, orow_l)
-    row_scale = gl.where(l_o > 0.0, o_scale / l_o, 0.0)  # fully masked rows give zeros
-    if out_ptr.dtype.element_ty == gl.uint8:  # NVFP4: packed codes and swizzled scale bytes
-        _store_nvfp4(
-            acc, row_scale, out_ptr, osc_ptr, sf_ptr, nv_row0 + first_row * nms, nms, nv_col0,
-            nv_k, nv_kbpad,
-        )  # fmt: skip
-        return
-    orows = (first_row + gl.arange(0, 64, layout=orow_l)).to(gl.int64)
-    ocols = gl.arange(0, HD, layout=gl.SliceLayout(0, o_layout))
-    offs = gl.expand_dims(out_base + orows * sos, 1) + gl.expand_dims(ocols, 0)
-    if out_ptr.dtype.element_ty == gl.float8e4nv:
-        inv = gl.div_rn(gl.full([], 1.0, gl.float32), gl.load(osc_ptr).to(gl.float32))
-        o = acc * gl.expand_dims(row_scale * inv, 1)
-        gl.store(out_ptr + offs, e4m3(o))
-    else:
-        o = acc * gl.expand_dims(row_scale, 1)
-        gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty))
+            for j in range(1, n_tiles):
+                s = (t + j) % NSTAGE
+                sp = (t + j - 1) % NSTAGE
+                mbarrier.wait(k_ready.index(s), ((t + j) // NSTAGE) & 1)
+                qk = warpgroup_mma(
+                    q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False,
+                    is_async=True,
+                )  # fmt: skip
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
+                mbarrier.wait(v_ready.index(sp), ((t + j - 1) // NSTAGE) & 1)
+                acc = warpgroup_mma(p16, v_bufs.index(sp), acc, is_async=True)
+                qk = warpgroup_mma_wait(1, deps=(qk,))
+                mbarrier.arrive(k_empty.index(s), count=1)
+                if qk_scale == qk_scale:  # a block of its own (module docstring)
+                    p, alpha, m_i, l_i = _softmax_step(
+                        qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN
+                    )
+                acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+                mbarrier.arrive(v_empty.index(sp), count=1)
+                p16 = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
+            mbarrier.arrive(q_empty, count=1)  # the producer may load the next item's Q
+            t += n_tiles
+            s = (t - 1) % NSTAGE
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
+            mbarrier.wait(v_ready.index(s), ((t - 1) // NSTAGE) & 1)
+            acc = warpgroup_mma(p16, v_bufs.index(s), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(v_empty.index(s), count=1)
+        else:  # no key tile at all (bottom-right causal, Sq > Skv)
+            mbarrier.arrive(q_empty, count=1)
+            if c == 0:
+                if it == 0:
+                    mbarrier.arrive(go_bar, count=1)
+        # (b, h) again rather than kept through the key loop, whose registers are full
+        b, h, hk, q_start, n_tiles = _item(
+            it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN
+        )
+        l_o = gl.convert_layout(l_i, orow_l)
+        row_scale = gl.where(l_o > 0.0, o_scale / l_o, 0.0)  # fully masked rows give zeros
+        if out_ptr.dtype.element_ty == gl.uint8:  # NVFP4: packed codes and swizzled scale bytes
+            nv_row = b.to(gl.int64) * nmb + h.to(gl.int64) * nmh + first_row * nms
+            _store_nvfp4(
+                acc, row_scale, out_ptr, osc_ptr, sf_ptr, nv_row, nms, h * nch, nv_k, nv_kbpad
+            )
+        else:
+            out_base = b.to(gl.int64) * sob + h.to(gl.int64) * soh  # (batch, head)'s row 0
+            orows = (first_row + gl.arange(0, 64, layout=orow_l)).to(gl.int64)
+            ocols = gl.arange(0, HD, layout=gl.SliceLayout(0, o_layout))
+            offs = gl.expand_dims(out_base + orows * sos, 1) + gl.expand_dims(ocols, 0)
+            if out_ptr.dtype.element_ty == gl.float8e4nv:
+                inv = gl.div_rn(gl.full([], 1.0, gl.float32), gl.load(osc_ptr).to(gl.float32))
+                o = acc * gl.expand_dims(row_scale * inv, 1)
+                gl.store(out_ptr + offs, e4m3(o))
+            else:
+                o = acc * gl.expand_dims(row_scale, 1)
+                gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty))
 
 
 @gluon.jit
@@ -235,9 +290,11 @@ def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv
 def ws_attention_kernel(
     q_desc, k_desc, v_desc, out_ptr, osc_ptr, qs_ptr, ks_ptr, vs_ptr, scale_bits,
     H, G, SQ, SKV, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
-    qk_scale, causal, causal_off, sf_ptr, nmb, nmh, nms, nch, nv_k, nv_kbpad,
+    qk_scale, causal, causal_off, sf_ptr, nmb, nmh, nms, nch, nv_k, nv_kbpad, n_work,
 ):  # fmt: skip
-    """Grid (B*H, Sq / 128), all heads' last (heaviest causal) row blocks first. ``scale_bits``:
+    """Persistent: a grid of ``min(n_work, SMs)`` programs, each taking the ``n_work =
+    B*H*SQ/128`` row blocks dealt to it by ``_item`` (heaviest first), so the next block's Q and
+    first key tiles load while the last one's final ``P V`` and stores run. ``scale_bits``:
     which of q / k / v dequant scales (1 / 2 / 4) the pointers hold. A uint8 ``out_ptr`` is
     NVFP4 (``osc_ptr`` its global scale, ``sf_ptr`` the swizzled scale bytes; row
     ``b*nmb + h*nmh + s*nms``, first column ``h*nch`` of the ``[M, nv_k]`` view)."""
@@ -245,32 +302,27 @@ def ws_attention_kernel(
     BN: gl.constexpr = k_desc.block_type.shape[0]
     NSTAGE: gl.constexpr = 2
     dt: gl.constexpr = q_desc.dtype
-    pid_bh = gl.program_id(0)
-    pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    hk = h // G
-    q_start = pid_m * 128
-    if causal != 0:
-        n_tiles = gl.minimum(gl.maximum(q_start + 128 + causal_off, 0) + BN - 1, SKV) // BN
-    else:
-        n_tiles = SKV // BN
-    # the 2-D TMA views: (row, column) of this (batch, head)'s first element
-    q_row = b * q_rb + h * q_rh + q_start
-    kv_row = b * kv_rb + hk * kv_rh
-    out_base = b.to(gl.int64) * sob + h.to(gl.int64) * soh  # this (batch, head)'s row 0
-    nv_row0 = b.to(gl.int64) * nmb + h.to(gl.int64) * nmh  # (NVFP4) its row 0 in the 2-D view
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    n_m = SQ // 128
+    BH = n_work // n_m
+    # rounds of nprog items; the last one (snake order, ``_item``) reaches some programs only
+    full = n_work // nprog
+    last = gl.where(full % 2 == 0, pid, nprog - 1 - pid)
+    n_items = full + (last < n_work - full * nprog).to(gl.int32)
 
     q_bufs = gl.allocate_shared_memory(dt, [2, 64, HD], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dt, [NSTAGE, BN, HD], k_desc.layout)
     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NSTAGE, BN, HD], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     go_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NSTAGE, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=2)
     mbarrier.init(go_bar, count=1)
     for i in gl.static_range(NSTAGE):
         mbarrier.init(k_ready.index(i), count=1)
@@ -279,13 +331,15 @@ def ws_attention_kernel(
         mbarrier.init(v_empty.index(i), count=2)
     fence_async_shared()
     cargs = (
-        out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, go_bar,
-        out_base, sos, q_start, n_tiles, qk_scale, causal, causal_off,
-        qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nv_row0, nms, h * nch, nv_k, nv_kbpad,
+        out_ptr, osc_ptr, q_bufs, k_bufs, v_bufs, q_bar, q_empty, k_ready, v_ready, k_empty,
+        v_empty, go_bar, n_items, pid, nprog, BH, H, G, SKV, n_m, sob, soh, sos, qk_scale,
+        causal, causal_off, qs_ptr, ks_ptr, vs_ptr, scale_bits, sf_ptr, nmb, nmh, nms, nch,
+        nv_k, nv_kbpad,
     )  # fmt: skip
     pargs = (
-        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty,
-        q_row, h * q_ch, kv_row, hk * kv_ch, n_tiles,
+        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, q_empty, k_ready, v_ready, k_empty,
+        v_empty, n_items, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, q_rb, q_rh, q_ch,
+        kv_rb, kv_rh, kv_ch,
     )  # fmt: skip
     # the consumer index travels as a constexpr (it picks the Q buffer, the row block and the
     # side of the start offset)

@@ -11,7 +11,7 @@ import math
 import torch
 import triton
 
-from ..host import TL_DTYPE, zero_scale_padding
+from ..host import TL_DTYPE, sm_count, zero_scale_padding
 from .config import (
     TILE_KNOBS,
     WS_BLOCK_M,
@@ -155,13 +155,14 @@ def gluon_attention_into(
     scales = (q_scale, k_scale, v_scale)
     bits = sum(1 << i for i, t in enumerate(scales) if t is not None)
     qs, ks, vs = (t if t is not None else osc for t in scales)
-    ws_attention_kernel[(b * h, sq // WS_BLOCK_M)](
+    n_work = b * h * (sq // WS_BLOCK_M)
+    ws_attention_kernel[(min(n_work, sm_count(q.device)),)](
         _descriptor(qv, 64, d), _descriptor(kv, WS_BLOCK_N, d), _descriptor(vv, WS_BLOCK_N, d),
         out, osc, qs, ks, vs, bits, h, h // hkv, sq, skv,
         q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, *out_strides(layout, b, h, sq, d),
         sm_scale * 1.4426950408889634, int(causal != "none"), causal_off,
         sf.view(torch.uint8) if sf is not None else out, *nvfp4_row_strides(layout, h, sq, d),
-        nv_k, nv_kbpad, num_warps=4, maxnreg=MAXNREG,
+        nv_k, nv_kbpad, n_work, num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
 
 
