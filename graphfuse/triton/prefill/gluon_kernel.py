@@ -152,7 +152,7 @@ def _consume(
         mbarrier.wait(go_bar, 0)
     t = 0  # key tiles consumed so far (the producer's count)
     for it in range(n_items):
-        b, h, hk, q_start, n_tiles = _item(
+        _, _, _, q_start, n_tiles = _item(
             it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN
         )
         first_row = q_start + c * 64
@@ -214,9 +214,7 @@ def _consume(
                 if it == 0:
                     mbarrier.arrive(go_bar, count=1)
         # (b, h) again rather than kept through the key loop, whose registers are full
-        b, h, hk, q_start, n_tiles = _item(
-            it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN
-        )
+        b, h, _, _, _ = _item(it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN)
         l_o = gl.convert_layout(l_i, orow_l)
         row_scale = gl.where(l_o > 0.0, o_scale / l_o, 0.0)  # fully masked rows give zeros
         if out_ptr.dtype.element_ty == gl.uint8:  # NVFP4: packed codes and swizzled scale bytes
