@@ -9,10 +9,11 @@ once. Paged or dense KV.
 With one split the kernel writes the final output itself; with more, each split writes its
 unnormalised partial (fp32 acc, running max, sum) and ``decode_merge`` combines them and then
 quantizes (FP8 / NVFP4 / 16-bit): the quantizer sees the merged output, never a partial.
-On sm_90 and later the merge is a programmatic dependent launch (``PDL``): the decode
-kernel's programs signal at their start that it may launch, so its programs are resident
-and waiting (``griddepcontrol.wait``: the decode grid complete, its writes visible) when the
-last decode program ends, instead of being launched then.
+Where the configuration row says ``pdl`` (``config.py``; sm_90 and later) the merge is a
+programmatic dependent launch (``PDL``): the decode kernel's programs signal at their start
+that it may launch, so its programs are resident and waiting (``griddepcontrol.wait``: the
+decode grid complete, its writes visible) when the last decode program ends, instead of
+being launched then.
 """
 
 from __future__ import annotations
