@@ -97,14 +97,19 @@ def _producer(
 
 
 @gluon.jit
+def _dealt(it, pid, nprog):
+    """The item program ``pid`` gets in round ``it`` of the snake deal: ``it * nprog + pid``
+    when ``it`` is even, ``it * nprog + nprog - 1 - pid`` when odd, which balances the causal
+    lengths of items ordered heaviest first."""
+    return it * nprog + gl.where(it % 2 == 0, pid, nprog - 1 - pid)
+
+
+@gluon.jit
 def _item(it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN: gl.constexpr):
     """This program's ``it``-th work item, a 128-row block of one (batch, head): (b, h, KV
     head, first query row, key tiles). Items are ordered heaviest first (every (batch, head)'s
-    last row block, then the one before) and dealt to the programs in a snake: round ``it``
-    gives program ``pid`` item ``it * nprog + pid`` when ``it`` is even, ``.. + nprog - 1 -
-    pid`` when odd, which balances the causal lengths."""
-    r = gl.where(it % 2 == 0, pid, nprog - 1 - pid)
-    i = it * nprog + r
+    last row block, then the one before) and dealt by ``_dealt``."""
+    i = _dealt(it, pid, nprog)
     bh = i % BH
     b = bh // H
     h = bh % H
@@ -304,10 +309,9 @@ def ws_attention_kernel(
     nprog = gl.num_programs(0)
     n_m = SQ // 128
     BH = n_work // n_m
-    # rounds of nprog items; the last one (snake order, ``_item``) reaches some programs only
+    # rounds of nprog items; the last one (``_dealt``) reaches some programs only
     full = n_work // nprog
-    last = gl.where(full % 2 == 0, pid, nprog - 1 - pid)
-    n_items = full + (last < n_work - full * nprog).to(gl.int32)
+    n_items = full + (_dealt(full, pid, nprog) < n_work).to(gl.int32)
 
     q_bufs = gl.allocate_shared_memory(dt, [2, 64, HD], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dt, [NSTAGE, BN, HD], k_desc.layout)
