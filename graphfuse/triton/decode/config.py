@@ -71,9 +71,11 @@ def decode_config(
 
 
 def choose_splits(b: int, hkv: int, max_ctx: int, sms: int, block_n: int) -> int:
-    """Split count from shapes only: about four programs per SM, at least 4 tiles a split
-    (1 when there are fewer than 32 (sequence, KV head) pairs: latency-bound), at most 64."""
+    """Split count from shapes only: at most four programs per SM (rounded down: one more
+    split, and a fifth program on some SMs, was slower in 4 of the 6 shapes where the two
+    differ, docs/gpu.md), at least 4 tiles a split (1 when there are fewer than 32
+    (sequence, KV head) pairs: latency-bound), at most 64."""
     progs = max(1, b * hkv)
-    want = max(1, math.ceil(4 * sms / progs))
+    want = max(1, 4 * sms // progs)
     cap = max(1, math.ceil(max_ctx / ((1 if progs < 32 else 4) * block_n)))
     return min(want, cap, 64)
