@@ -1,19 +1,26 @@
-"""sm_90 instruction counts of the NVFP4 norm / activation kernels, compiled offline.
+"""sm_90 instruction counts of graphfuse's Triton and Gluon kernels, compiled offline.
 
 No GPU is needed: Triton compiles for an sm_90 target with its own ``ptxas`` and
-disassembles with its ``nvdisasm``. Each kernel gets the options of its launcher at hidden
-4096 / intermediate 14336 with many rows (no fused multiply-add; RMSNorm 4 warps under a
-64-register cap, act_and_mul 2 warps) and the specialisation a real launch gets (pointers,
-sizes and strides divisible by 16). Counted: all SASS instructions, those of a real row's
-path (from the first branch target, where the row programs start, to the last ``EXIT``;
-the division slow paths it skips are in it), the values a thread holds on that path, and
-local-memory spills. The launch-bound kernels issue about that many instructions a thread,
-so the per-value figure is what the issue-bound rows of ``benchmarks.norm_act_quant_gpu``
-follow (docs/serving.md, "Where the NVFP4 kernels' time goes").
+disassembles with its ``nvdisasm``. Each kernel gets the options and the argument
+specialisation (pointers, sizes and strides divisible by 16) of a real launch:
+
+- the NVFP4 norm / activation kernels at hidden 4096 / intermediate 14336 with many rows
+  (no fused multiply-add; RMSNorm 4 warps under a 64-register cap, act_and_mul 2 warps):
+  the instructions of a real row's path (from the first branch target, where the row
+  programs start, to the last ``EXIT``; the division slow paths it skips are in it) and the
+  values a thread holds on it. These kernels issue about that many instructions a thread,
+  so the per-value figure is what the issue-bound rows of ``benchmarks.norm_act_quant_gpu``
+  follow (docs/serving.md, "Where the NVFP4 kernels' time goes");
+- the warp-specialised Gluon prefill kernel (D=128) for each input / output pair: its
+  instructions, tensor-core instructions (``HGMMA`` / ``QGMMA``), ``MUFU`` and shared
+  memory (docs/gpu.md).
+
+Both count local-memory spills (``STL``).
 
     python -m benchmarks.sass_count [--dtype bfloat16] [--json PATH]
 
-Needs ``triton`` (not a dependency of graphfuse; the CI machine has none).
+Needs ``triton`` with Gluon's Hopper layer (not a dependency of graphfuse; the CI machine
+has none).
 """
 
 from __future__ import annotations
@@ -26,8 +33,15 @@ import tempfile
 
 from benchmarks.common import print_table, result_path, write_json
 
+_INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
 _WORD_PTRS = ("x_ptr", "res_ptr", "res_out_ptr", "w_ptr")
-_INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;")
+# ws_attention_kernel's arguments after the three TMA descriptors
+_PREFILL_ARGS = (
+    "out_ptr", "osc_ptr", "qs_ptr", "ks_ptr", "vs_ptr", "scale_bits", "H", "G", "SQ", "SKV",
+    "q_rb", "q_rh", "q_ch", "kv_rb", "kv_rh", "kv_ch", "sob", "soh", "sos", "qk_scale", "causal",
+    "causal_off", "sf_ptr", "nmb", "nmh", "nms", "nch", "nv_k", "nv_kbpad", "n_work",
+)  # fmt: skip
+_PREFILL_SCALARS = ("scale_bits", "G", "causal", "causal_off", "n_work")
 
 
 def _norm(dtype, residual: bool) -> dict:
@@ -50,27 +64,11 @@ def _act(dtype) -> dict:
             "const": const, "options": {"num_warps": 2}, "values": 64 * 16 // 64}  # fmt: skip
 
 
-def _compile(case: dict, workdir: str) -> list[str]:
-    """The SASS instructions of ``case``'s kernel compiled for sm_90."""
+def _disassemble(compiled, workdir: str, name: str) -> list[str]:
+    """The SASS instructions of a compiled kernel (``.L_x_0`` marks the first branch target)."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    from graphfuse.triton.norm_act import kernels
-
-    sig = dict(case["sig"]) | dict.fromkeys(case["const"], "constexpr")
-    names = list(sig)
-    divisible = [n for n, t in case["sig"].items() if t.startswith("*") or t == "i32"]
-    divisible = [n for n in divisible if n != "M"]
-    src = ASTSource(
-        fn=getattr(kernels, case["kernel"]),
-        signature=sig,
-        constexprs={(names.index(k),): v for k, v in case["const"].items()},
-        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in divisible},
-    )
-    options = {"enable_fp_fusion": False, **case["options"]}
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-    cubin = os.path.join(workdir, case["kernel"] + ".cubin")
+    cubin = os.path.join(workdir, name + ".cubin")
     with open(cubin, "wb") as f:
         f.write(compiled.asm["cubin"])
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
@@ -85,6 +83,69 @@ def _compile(case: dict, workdir: str) -> list[str]:
     return lines
 
 
+def _sm90():
+    from triton.backends.compiler import GPUTarget
+
+    return GPUTarget("cuda", 90, 32)
+
+
+def _compile_norm_act(case: dict, workdir: str) -> list[str]:
+    """The SASS of a norm / activation case's kernel."""
+    import triton
+    from triton.compiler import ASTSource
+
+    from graphfuse.triton.norm_act import kernels
+
+    sig = dict(case["sig"]) | dict.fromkeys(case["const"], "constexpr")
+    names = list(sig)
+    divisible = [n for n, t in case["sig"].items() if (t[0] == "*" or t == "i32") and n != "M"]
+    src = ASTSource(
+        fn=getattr(kernels, case["kernel"]),
+        signature=sig,
+        constexprs={(names.index(k),): v for k, v in case["const"].items()},
+        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in divisible},
+    )
+    options = {"enable_fp_fusion": False, **case["options"]}
+    compiled = triton.compile(src, target=_sm90(), options=options)
+    return _disassemble(compiled, workdir, case["kernel"])
+
+
+def _compile_prefill(inp: str, out: str, workdir: str) -> tuple[list[str], int]:
+    """The SASS and the shared-memory bytes of the Gluon prefill kernel, D=128, ``inp``
+    q / k / v (``bf16`` or ``fp8``: default precision, V upcast to fp16) into ``out``."""
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from graphfuse.triton.prefill import gluon_kernel
+    from graphfuse.triton.prefill.config import WS_BLOCK_M, WS_BLOCK_N
+
+    types = {"bf16": (gl.bfloat16, "bf16"), "fp8": (gl.float8e4nv, "fp8e4nv"),
+             "fp16": (gl.float16, "fp16")}  # fmt: skip
+
+    def desc(rows: int, name: str) -> str:
+        layout = gl.NVMMASharedLayout.get_default_for([rows, 128], types[name][0])
+        return f"tensordesc<{types[name][1]}[{rows}, 128],{layout!r}>"
+
+    sig = {"q_desc": desc(WS_BLOCK_M // 2, inp), "k_desc": desc(WS_BLOCK_N, inp),
+           "v_desc": desc(WS_BLOCK_N, "fp16" if inp == "fp8" else inp)}  # fmt: skip
+    sig |= dict.fromkeys(_PREFILL_ARGS, "i32")
+    sig |= {"out_ptr": {"nvfp4": "*u8", "fp8": "*fp8e4nv", "bf16": "*bf16"}[out],
+            "osc_ptr": "*fp32", "qs_ptr": "*fp32", "ks_ptr": "*fp32", "vs_ptr": "*fp32",
+            "qk_scale": "fp32", "sf_ptr": "*u8"}  # fmt: skip
+    names = list(sig)
+    divisible = [n for n in _PREFILL_ARGS if n not in _PREFILL_SCALARS and n != "qk_scale"]
+    src = GluonASTSource(
+        fn=gluon_kernel.ws_attention_kernel,
+        signature=sig,
+        constexprs={},
+        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in divisible},
+    )
+    options = {"num_warps": 4, "maxnreg": gluon_kernel.MAXNREG}
+    compiled = triton.compile(src, target=_sm90(), options=options)
+    return _disassemble(compiled, workdir, f"prefill_{inp}_{out}"), compiled.metadata.shared
+
+
 def _row_path(lines: list[str]) -> list[str]:
     """The instructions from the first branch target (``.L_x_0``) to the last ``EXIT``."""
     start = lines.index(".L_x_0") + 1 if ".L_x_0" in lines else 0
@@ -93,37 +154,62 @@ def _row_path(lines: list[str]) -> list[str]:
     return body[: end + 1]
 
 
-def count(dtype_name: str = "bfloat16") -> list[dict]:
-    """A record per kernel: instructions (all, row path), values a thread, spills."""
+def _ops(lines: list[str], *names: str) -> int:
+    """How many instructions (predicated or not) have one of ``names`` as their opcode."""
+    return sum(1 for s in lines if s != ".L_x_0" and s.split()[s[0] == "@"].split(".")[0] in names)
+
+
+def count_norm_act(dtype_name: str = "bfloat16") -> list[dict]:
+    """A record per NVFP4 norm / activation kernel: instructions (all, row path), values a
+    thread, spills."""
     import triton.language as tl
 
     dtype = getattr(tl, dtype_name)
     records = []
     with tempfile.TemporaryDirectory() as workdir:
         for case in (_norm(dtype, False), _norm(dtype, True), _act(dtype)):
-            lines = _compile(case, workdir)
+            lines = _compile_norm_act(case, workdir)
             row = _row_path(lines)
-            instructions = [s for s in lines if s != ".L_x_0"]
             records.append({
-                "kernel": case["name"], "dtype": dtype_name, "instructions": len(instructions),
-                "row_path": len(row), "values_a_thread": case["values"],
-                "per_value": round(len(row) / case["values"], 2),
-                "spills": sum(1 for s in instructions if s.split()[0] in ("STL", "LDL")),
+                "kernel": case["name"], "dtype": dtype_name,
+                "instructions": len(lines) - lines.count(".L_x_0"), "row_path": len(row),
+                "values_a_thread": case["values"], "per_value": round(len(row) / case["values"], 2),
+                "spills": _ops(lines, "STL"),
+            })  # fmt: skip
+    return records
+
+
+def count_prefill() -> list[dict]:
+    """A record per Gluon prefill variant: instructions, wgmmas, MUFU, spills, shared bytes."""
+    records = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for inp, out in (("bf16", "fp8"), ("fp8", "fp8"), ("fp8", "nvfp4"), ("bf16", "bf16")):
+            lines, shared = _compile_prefill(inp, out, workdir)
+            records.append({
+                "kernel": f"prefill {inp} -> {out}",
+                "instructions": len(lines) - lines.count(".L_x_0"),
+                "wgmma": _ops(lines, "HGMMA", "QGMMA"), "mufu": _ops(lines, "MUFU"),
+                "spills": _ops(lines, "STL"), "shared_bytes": shared,
             })  # fmt: skip
     return records
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"],
+                    help="the norm / activation kernels' input dtype")  # fmt: skip
     ap.add_argument("--json", default=result_path("sass_count"), help="where to write the records")
     args = ap.parse_args()
-    records = count(args.dtype)
-    rows = [[r["kernel"], r["instructions"], r["row_path"], r["values_a_thread"],
-             r["per_value"], r["spills"]] for r in records]  # fmt: skip
+    norm_act = count_norm_act(args.dtype)
     print_table(["kernel", "instructions", "row path", "values a thread", "a value", "spills"],
-                rows)  # fmt: skip
-    write_json(args.json, {"records": records})
+                [[r["kernel"], r["instructions"], r["row_path"], r["values_a_thread"],
+                  r["per_value"], r["spills"]] for r in norm_act])  # fmt: skip
+    print()
+    prefill = count_prefill()
+    print_table(["kernel", "instructions", "wgmma", "MUFU", "spill stores", "shared bytes"],
+                [[r["kernel"], r["instructions"], r["wgmma"], r["mufu"], r["spills"],
+                  r["shared_bytes"]] for r in prefill])  # fmt: skip
+    write_json(args.json, {"norm_act": norm_act, "prefill": prefill})
 
 
 if __name__ == "__main__":
