@@ -1,6 +1,6 @@
 """The Triton paged decode kernel under the Triton CPU interpreter, against
 ``graphfuse/ops/paged_ref.py`` (see ``tests/triton_kernels/_decode_cases.py``). Skips where
-Triton is not installed (CI)."""
+Triton is not installed (the ``interpret`` extra)."""
 
 from __future__ import annotations
 

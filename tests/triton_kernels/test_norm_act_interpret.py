@@ -1,6 +1,7 @@
 """The Triton norm / activation + quant kernels under the Triton CPU interpreter, against
 graphfuse/ops/norm_act_ref.py (small seeded cases, poisoned outputs; see
-``tests/triton_kernels/_norm_act_cases.py``). Skips where Triton is not installed (CI)."""
+``tests/triton_kernels/_norm_act_cases.py``). Skips where Triton is not installed (the
+``interpret`` extra)."""
 
 from __future__ import annotations
 

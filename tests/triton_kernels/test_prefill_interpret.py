@@ -1,6 +1,6 @@
 """The Triton prefill attention kernel under the Triton CPU interpreter, against
 ``graphfuse/ops/attention_ref.py`` (see ``tests/triton_kernels/_prefill_cases.py``). Skips
-where Triton is not installed (CI)."""
+where Triton is not installed (the ``interpret`` extra)."""
 
 from __future__ import annotations
 

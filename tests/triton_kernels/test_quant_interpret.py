@@ -1,6 +1,6 @@
 """The Triton NVFP4 quant kernel under the Triton CPU interpreter at extreme global scales,
 byte for byte against ``graphfuse/ops/quant_ref.py`` (see ``_quant_cases.py``). Skips where
-Triton is not installed (CI)."""
+Triton is not installed (the ``interpret`` extra)."""
 
 from __future__ import annotations
 
