@@ -13,7 +13,11 @@ specialisation (pointers, sizes and strides divisible by 16) of a real launch:
   follow (docs/serving.md, "Where the NVFP4 kernels' time goes");
 - the warp-specialised Gluon prefill kernel (D=128) for each input / output pair: its
   instructions, tensor-core instructions (``HGMMA`` / ``QGMMA``), ``MUFU`` and shared
-  memory (docs/gpu.md).
+  memory (docs/gpu.md);
+- the paged split-KV decode kernel and its split merge in the configuration of the B ~ 8
+  class (``decode/config.CLASSES``: 64-token tiles, 4 warps, 3 stages, the block table
+  one tile ahead, head-major, dependent launch), Llama-3-8B heads (32 / 8, D=128), an FP8
+  cache with its dequant scales, bf16 q, FP8 or NVFP4 out: the same columns.
 
 Both count local-memory spills (``STL``).
 
@@ -146,6 +150,65 @@ def _compile_prefill(inp: str, out: str, workdir: str) -> tuple[list[str], int]:
     return _disassemble(compiled, workdir, f"prefill_{inp}_{out}"), compiled.metadata.shared
 
 
+_DECODE_ARGS = (
+    "Q", "K", "V", "QS", "KS", "VS", "BT", "LENS", "OSC", "OUT", "SF", "PO", "PML",
+    "sqb", "sqh", "skb", "skh", "skt", "svb", "svh", "svt", "sbt", "HQ", "G", "SKV", "sm_scale",
+    "CHUNK", "sob", "soh", "NV_M", "NV_K", "NV_KBPAD",
+)  # fmt: skip
+_MERGE_ARGS = (
+    "PO", "PML", "VS", "OSC", "OUT", "SF", "NROWS", "HQ", "NSPLIT", "D", "sob", "soh", "NV_K",
+    "NV_KBPAD",
+)  # fmt: skip
+
+
+def _compile_decode(out: str, workdir: str) -> list[tuple[str, list[str], int]]:
+    """(name, SASS, shared bytes) of the decode kernel and its merge, FP8 cache, ``out`` FP8
+    or NVFP4, as ``decode/launch.decode_into`` launches them for the B ~ 8 class."""
+    import triton
+    import triton.language as tl
+    from triton.compiler import ASTSource
+
+    from graphfuse.triton.decode import kernels
+    from graphfuse.triton.decode.config import decode_config
+    from graphfuse.triton.decode.launch import merge_launch
+
+    cfg = decode_config(True, 8, 8, 1024)
+    out_ty, kind = ("*u8", 2) if out == "nvfp4" else ("*fp8e4nv", 1)
+    ptrs = {"Q": "*bf16", "K": "*fp8e4nv", "V": "*fp8e4nv", "QS": "*bf16", "KS": "*fp32",
+            "VS": "*fp32", "BT": "*i32", "LENS": "*i32", "OSC": "*fp32", "OUT": out_ty,
+            "SF": "*u8" if out == "nvfp4" else out_ty, "PO": "*fp32", "PML": "*fp32"}  # fmt: skip
+    runtime_ints = ("HQ", "G", "SKV", "NROWS", "NSPLIT", "D", "NV_M")
+    found = []
+    for fn, names, const, options in (
+        (kernels.decode_kernel, _DECODE_ARGS,
+         {"PAGE": 16, "D": 128, "HAS_QS": False, "HAS_KS": True, "HAS_VS": True, "PAGED": True,
+          "SPLIT_OUT": True, "OUT_KIND": kind, "DOT_DT": tl.float16, "Q_RESCALE": True,
+          "GP": 16, "BLOCK_N": cfg["block_n"], "DP": 128, "PREFETCH": cfg["prefetch"],
+          "BT_AHEAD": cfg["bt_ahead"], "HEAD_MAJOR": cfg["head_major"], "SF_PAD": kind == 2,
+          "PDL": cfg["pdl"]},
+         {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}),
+        (kernels.decode_merge, _MERGE_ARGS,
+         {"HAS_VS": True, "OUT_KIND": kind, "SC": merge_launch(4)[1], "DP": 128,
+          "PDL": cfg["pdl"]},
+         {"num_warps": merge_launch(4)[0]}),
+    ):  # fmt: skip
+        sig = {n: ptrs.get(n, "fp32" if n == "sm_scale" else "i32") for n in names}
+        sig |= dict.fromkeys(const, "constexpr")
+        order = list(fn.arg_names)
+        sig = {n: sig[n] for n in order}
+        divisible = [n for n in names if n != "sm_scale" and n not in runtime_ints]
+        src = ASTSource(
+            fn=fn,
+            signature=sig,
+            constexprs={(order.index(k),): v for k, v in const.items()},
+            attrs={(order.index(n),): [["tt.divisibility", 16]] for n in divisible},
+        )
+        compiled = triton.compile(src, target=_sm90(), options=options)
+        name = f"{fn.__name__}_{out}"
+        found.append((name, _disassemble(compiled, workdir, name), compiled.metadata.shared))
+    return found
+
+
 def _row_path(lines: list[str]) -> list[str]:
     """The instructions from the first branch target (``.L_x_0``) to the last ``EXIT``."""
     start = lines.index(".L_x_0") + 1 if ".L_x_0" in lines else 0
@@ -194,6 +257,22 @@ def count_prefill() -> list[dict]:
     return records
 
 
+def count_decode() -> list[dict]:
+    """A record per decode kernel (and merge) and output format: instructions, MUFU, spills,
+    shared bytes."""
+    records = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for out in ("fp8", "nvfp4"):
+            for name, lines, shared in _compile_decode(out, workdir):
+                records.append({
+                    "kernel": name.replace("_", " "),
+                    "instructions": len(lines) - lines.count(".L_x_0"),
+                    "mufu": _ops(lines, "MUFU"), "spills": _ops(lines, "STL"),
+                    "shared_bytes": shared,
+                })  # fmt: skip
+    return records
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"],
@@ -209,7 +288,12 @@ def main() -> None:
     print_table(["kernel", "instructions", "wgmma", "MUFU", "spill stores", "shared bytes"],
                 [[r["kernel"], r["instructions"], r["wgmma"], r["mufu"], r["spills"],
                   r["shared_bytes"]] for r in prefill])  # fmt: skip
-    write_json(args.json, {"norm_act": norm_act, "prefill": prefill})
+    print()
+    decode = count_decode()
+    print_table(["kernel", "instructions", "MUFU", "spill stores", "shared bytes"],
+                [[r["kernel"], r["instructions"], r["mufu"], r["spills"], r["shared_bytes"]]
+                 for r in decode])  # fmt: skip
+    write_json(args.json, {"norm_act": norm_act, "prefill": prefill, "decode": decode})
 
 
 if __name__ == "__main__":
