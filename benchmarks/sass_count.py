@@ -23,8 +23,8 @@ Both count local-memory spills (``STL``).
 
     python -m benchmarks.sass_count [--dtype bfloat16] [--json PATH]
 
-Needs ``triton`` with Gluon's Hopper layer (not a dependency of graphfuse; the CI machine
-has none).
+Needs ``triton`` with Gluon's Hopper layer (not a dependency of graphfuse; the pinned
+``interpret`` extra installs it).
 """
 
 from __future__ import annotations
@@ -68,56 +68,54 @@ def _act(dtype) -> dict:
             "const": const, "options": {"num_warps": 2}, "values": 64 * 16 // 64}  # fmt: skip
 
 
-def _disassemble(compiled, workdir: str, name: str) -> list[str]:
-    """The SASS instructions of a compiled kernel (``.L_x_0`` marks the first branch target)."""
+def _compile(
+    fn, sig: dict, const: dict, divisible: list[str], options: dict, workdir: str, source=None
+) -> tuple[list[str], int, int]:  # fmt: skip
+    """Compiles ``fn`` for sm_90 with argument types ``sig`` (name -> Triton type string),
+    constexprs ``const`` and the arguments in ``divisible`` specialised as multiples of 16;
+    returns its SASS instructions, the index of the first branch target among them (where
+    the norm / act kernels' row programs start; 0 without one) and its shared bytes."""
     import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
 
-    cubin = os.path.join(workdir, name + ".cubin")
+    order = list(fn.arg_names)
+    sig = sig | dict.fromkeys(const, "constexpr")
+    src = (source or ASTSource)(
+        fn=fn,
+        signature={n: sig[n] for n in order},
+        constexprs={(order.index(k),): v for k, v in const.items()},
+        attrs={(order.index(n),): [["tt.divisibility", 16]] for n in divisible},
+    )
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    cubin = os.path.join(workdir, fn.__name__ + ".cubin")
     with open(cubin, "wb") as f:
         f.write(compiled.asm["cubin"])
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
     sass = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True, check=True)
-    lines = []
+    lines, start = [], 0
     for line in sass.stdout.splitlines():
         m = _INSTRUCTION.match(line)
         if m:
             lines.append(m.group(1))
         elif line.startswith(".L_x_0:"):
-            lines.append(".L_x_0")
-    return lines
+            start = len(lines)
+    return lines, start, compiled.metadata.shared
 
 
-def _sm90():
-    from triton.backends.compiler import GPUTarget
-
-    return GPUTarget("cuda", 90, 32)
-
-
-def _compile_norm_act(case: dict, workdir: str) -> list[str]:
-    """The SASS of a norm / activation case's kernel."""
-    import triton
-    from triton.compiler import ASTSource
-
+def _compile_norm_act(case: dict, workdir: str) -> tuple[list[str], int, int]:
+    """``_compile`` of a norm / activation case's kernel."""
     from graphfuse.triton.norm_act import kernels
 
-    sig = dict(case["sig"]) | dict.fromkeys(case["const"], "constexpr")
-    names = list(sig)
     divisible = [n for n, t in case["sig"].items() if (t[0] == "*" or t == "i32") and n != "M"]
-    src = ASTSource(
-        fn=getattr(kernels, case["kernel"]),
-        signature=sig,
-        constexprs={(names.index(k),): v for k, v in case["const"].items()},
-        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in divisible},
-    )
     options = {"enable_fp_fusion": False, **case["options"]}
-    compiled = triton.compile(src, target=_sm90(), options=options)
-    return _disassemble(compiled, workdir, case["kernel"])
+    fn = getattr(kernels, case["kernel"])
+    return _compile(fn, case["sig"], case["const"], divisible, options, workdir)
 
 
-def _compile_prefill(inp: str, out: str, workdir: str) -> tuple[list[str], int]:
-    """The SASS and the shared-memory bytes of the Gluon prefill kernel, D=128, ``inp``
-    q / k / v (``bf16`` or ``fp8``: default precision, V upcast to fp16) into ``out``."""
-    import triton
+def _compile_prefill(inp: str, out: str, workdir: str) -> tuple[list[str], int, int]:
+    """``_compile`` of the Gluon prefill kernel, D=128, ``inp`` q / k / v (``bf16`` or
+    ``fp8``: default precision, V upcast to fp16) into ``out``."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -137,17 +135,10 @@ def _compile_prefill(inp: str, out: str, workdir: str) -> tuple[list[str], int]:
     sig |= {"out_ptr": {"nvfp4": "*u8", "fp8": "*fp8e4nv", "bf16": "*bf16"}[out],
             "osc_ptr": "*fp32", "qs_ptr": "*fp32", "ks_ptr": "*fp32", "vs_ptr": "*fp32",
             "qk_scale": "fp32", "sf_ptr": "*u8"}  # fmt: skip
-    names = list(sig)
     divisible = [n for n in _PREFILL_ARGS if n not in _PREFILL_SCALARS and n != "qk_scale"]
-    src = GluonASTSource(
-        fn=gluon_kernel.ws_attention_kernel,
-        signature=sig,
-        constexprs={},
-        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in divisible},
-    )
     options = {"num_warps": 4, "maxnreg": gluon_kernel.MAXNREG}
-    compiled = triton.compile(src, target=_sm90(), options=options)
-    return _disassemble(compiled, workdir, f"prefill_{inp}_{out}"), compiled.metadata.shared
+    return _compile(gluon_kernel.ws_attention_kernel, sig, {}, divisible, options, workdir,
+                    GluonASTSource)  # fmt: skip
 
 
 _DECODE_ARGS = (
@@ -161,18 +152,17 @@ _MERGE_ARGS = (
 )  # fmt: skip
 
 
-def _compile_decode(out: str, workdir: str) -> list[tuple[str, list[str], int]]:
-    """(name, SASS, shared bytes) of the decode kernel and its merge, FP8 cache, ``out`` FP8
-    or NVFP4, as ``decode/launch.decode_into`` launches them for the B ~ 8 class."""
-    import triton
+def _compile_decode(out: str, workdir: str) -> list[tuple[str, tuple[list[str], int, int]]]:
+    """(name, ``_compile``'s result) of the decode kernel and its merge, FP8 cache, ``out``
+    FP8 or NVFP4, as ``decode/launch.decode_into`` launches them for the B ~ 8 class."""
     import triton.language as tl
-    from triton.compiler import ASTSource
 
     from graphfuse.triton.decode import kernels
     from graphfuse.triton.decode.config import decode_config
     from graphfuse.triton.decode.launch import merge_launch
 
     cfg = decode_config(True, 8, 8, 1024)
+    merge_warps, merge_sc = merge_launch(4)
     out_ty, kind = ("*u8", 2) if out == "nvfp4" else ("*fp8e4nv", 1)
     ptrs = {"Q": "*bf16", "K": "*fp8e4nv", "V": "*fp8e4nv", "QS": "*bf16", "KS": "*fp32",
             "VS": "*fp32", "BT": "*i32", "LENS": "*i32", "OSC": "*fp32", "OUT": out_ty,
@@ -188,89 +178,68 @@ def _compile_decode(out: str, workdir: str) -> list[tuple[str, list[str], int]]:
           "PDL": cfg["pdl"]},
          {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}),
         (kernels.decode_merge, _MERGE_ARGS,
-         {"HAS_VS": True, "OUT_KIND": kind, "SC": merge_launch(4)[1], "DP": 128,
-          "PDL": cfg["pdl"]},
-         {"num_warps": merge_launch(4)[0]}),
+         {"HAS_VS": True, "OUT_KIND": kind, "SC": merge_sc, "DP": 128, "PDL": cfg["pdl"]},
+         {"num_warps": merge_warps}),
     ):  # fmt: skip
         sig = {n: ptrs.get(n, "fp32" if n == "sm_scale" else "i32") for n in names}
-        sig |= dict.fromkeys(const, "constexpr")
-        order = list(fn.arg_names)
-        sig = {n: sig[n] for n in order}
         divisible = [n for n in names if n != "sm_scale" and n not in runtime_ints]
-        src = ASTSource(
-            fn=fn,
-            signature=sig,
-            constexprs={(order.index(k),): v for k, v in const.items()},
-            attrs={(order.index(n),): [["tt.divisibility", 16]] for n in divisible},
-        )
-        compiled = triton.compile(src, target=_sm90(), options=options)
-        name = f"{fn.__name__}_{out}"
-        found.append((name, _disassemble(compiled, workdir, name), compiled.metadata.shared))
+        name = f"{fn.__name__} {out}".replace("_", " ")
+        found.append((name, _compile(fn, sig, const, divisible, options, workdir)))
     return found
-
-
-def _row_path(lines: list[str]) -> list[str]:
-    """The instructions from the first branch target (``.L_x_0``) to the last ``EXIT``."""
-    start = lines.index(".L_x_0") + 1 if ".L_x_0" in lines else 0
-    body = lines[start:]
-    end = max(i for i, s in enumerate(body) if s.split()[-1] == "EXIT")
-    return body[: end + 1]
 
 
 def _ops(lines: list[str], *names: str) -> int:
     """How many instructions (predicated or not) have one of ``names`` as their opcode."""
-    return sum(1 for s in lines if s != ".L_x_0" and s.split()[s[0] == "@"].split(".")[0] in names)
+    return sum(1 for s in lines if s.split()[s[0] == "@"].split(".")[0] in names)
+
+
+def _record(kernel: str, lines: list[str], shared: int) -> dict:
+    """The columns every kernel gets: instructions, wgmmas, MUFU, spill stores, shared bytes."""
+    return {"kernel": kernel, "instructions": len(lines), "wgmma": _ops(lines, "HGMMA", "QGMMA"),
+            "mufu": _ops(lines, "MUFU"), "spills": _ops(lines, "STL"),
+            "shared_bytes": shared}  # fmt: skip
 
 
 def count_norm_act(dtype_name: str = "bfloat16") -> list[dict]:
-    """A record per NVFP4 norm / activation kernel: instructions (all, row path), values a
-    thread, spills."""
+    """A record per NVFP4 norm / activation kernel: ``_record``'s columns, the row path
+    (from the first branch target to the last ``EXIT``) and the values a thread holds."""
     import triton.language as tl
 
     dtype = getattr(tl, dtype_name)
     records = []
     with tempfile.TemporaryDirectory() as workdir:
         for case in (_norm(dtype, False), _norm(dtype, True), _act(dtype)):
-            lines = _compile_norm_act(case, workdir)
-            row = _row_path(lines)
+            lines, start, shared = _compile_norm_act(case, workdir)
+            end = max(i for i, s in enumerate(lines) if s.split()[-1] == "EXIT")
+            row = end + 1 - start
             records.append({
-                "kernel": case["name"], "dtype": dtype_name,
-                "instructions": len(lines) - lines.count(".L_x_0"), "row_path": len(row),
-                "values_a_thread": case["values"], "per_value": round(len(row) / case["values"], 2),
-                "spills": _ops(lines, "STL"),
+                **_record(case["name"], lines, shared), "dtype": dtype_name, "row_path": row,
+                "values_a_thread": case["values"], "per_value": round(row / case["values"], 2),
             })  # fmt: skip
     return records
 
 
 def count_prefill() -> list[dict]:
-    """A record per Gluon prefill variant: instructions, wgmmas, MUFU, spills, shared bytes."""
-    records = []
+    """``_record`` of each Gluon prefill variant."""
     with tempfile.TemporaryDirectory() as workdir:
-        for inp, out in (("bf16", "fp8"), ("fp8", "fp8"), ("fp8", "nvfp4"), ("bf16", "bf16")):
-            lines, shared = _compile_prefill(inp, out, workdir)
-            records.append({
-                "kernel": f"prefill {inp} -> {out}",
-                "instructions": len(lines) - lines.count(".L_x_0"),
-                "wgmma": _ops(lines, "HGMMA", "QGMMA"), "mufu": _ops(lines, "MUFU"),
-                "spills": _ops(lines, "STL"), "shared_bytes": shared,
-            })  # fmt: skip
-    return records
+        return [
+            _record(f"prefill {inp} -> {out}", lines, shared)
+            for inp, out in (("bf16", "fp8"), ("fp8", "fp8"), ("fp8", "nvfp4"), ("bf16", "bf16"))
+            for lines, _, shared in [_compile_prefill(inp, out, workdir)]
+        ]
 
 
 def count_decode() -> list[dict]:
-    """A record per decode kernel (and merge) and output format: instructions, MUFU, spills,
-    shared bytes."""
-    records = []
+    """``_record`` of the decode kernel and its merge for each output format."""
     with tempfile.TemporaryDirectory() as workdir:
-        for out in ("fp8", "nvfp4"):
-            for name, lines, shared in _compile_decode(out, workdir):
-                records.append({
-                    "kernel": name.replace("_", " "),
-                    "instructions": len(lines) - lines.count(".L_x_0"),
-                    "mufu": _ops(lines, "MUFU"), "spills": _ops(lines, "STL"),
-                    "shared_bytes": shared,
-                })  # fmt: skip
-    return records
+        return [
+            _record(name, lines, shared)
+            for out in ("fp8", "nvfp4")
+            for name, (lines, _, shared) in _compile_decode(out, workdir)
+        ]
+
+
+_COLUMNS = ("instructions", "wgmma", "mufu", "spills", "shared_bytes")
 
 
 def main() -> None:
@@ -283,16 +252,10 @@ def main() -> None:
     print_table(["kernel", "instructions", "row path", "values a thread", "a value", "spills"],
                 [[r["kernel"], r["instructions"], r["row_path"], r["values_a_thread"],
                   r["per_value"], r["spills"]] for r in norm_act])  # fmt: skip
+    prefill, decode = count_prefill(), count_decode()
     print()
-    prefill = count_prefill()
     print_table(["kernel", "instructions", "wgmma", "MUFU", "spill stores", "shared bytes"],
-                [[r["kernel"], r["instructions"], r["wgmma"], r["mufu"], r["spills"],
-                  r["shared_bytes"]] for r in prefill])  # fmt: skip
-    print()
-    decode = count_decode()
-    print_table(["kernel", "instructions", "MUFU", "spill stores", "shared bytes"],
-                [[r["kernel"], r["instructions"], r["mufu"], r["spills"], r["shared_bytes"]]
-                 for r in decode])  # fmt: skip
+                [[r["kernel"], *(r[c] for c in _COLUMNS)] for r in prefill + decode])  # fmt: skip
     write_json(args.json, {"norm_act": norm_act, "prefill": prefill, "decode": decode})
 
 
