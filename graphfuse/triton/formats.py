@@ -134,10 +134,12 @@ def nvfp4_block_scale_exact(amax, g):
 
 @triton.jit
 def scaled_for_e2m1(x, inv, big, g):
-    """``x * inv * big`` with ``nvfp4_block_scale_exact``'s ``inv`` / ``big`` (broadcast to
-    ``x`` by the caller), one multiply when the global scale ``g`` is below ``2**118``: a
-    nonzero e4m3 scale is at least ``2**-9``, so ``sf / g > 2**-127``, no block's ``inv``
-    overflowed and every ``big`` is 1 (``g`` is one value, so the branch is uniform)."""
+    """``x * inv * big`` with an encode multiplier ``inv`` clamped to FLT_MAX and ``big``,
+    FLT_MAX where the clamp took an infinite one, else 1 (``nvfp4_block_scale_exact``'s pair,
+    or ``nvfp4_block_scale``'s ``inv`` and that ``big``; broadcast to ``x`` by the caller),
+    one multiply when the global scale ``g`` is below ``2**118``: a nonzero e4m3 scale is at
+    least ``2**-9``, so neither form's ``inv`` reaches ``2**127``, none was clamped and every
+    ``big`` is 1 (``g`` is one value, so the branch is uniform)."""
     if g < _G_ONE_MULTIPLY:
         y = x * inv
     else:

@@ -9,8 +9,8 @@ kernels as the GPU does, for the offline runs in this folder. Call :func:`patch`
   one-element arrays there, which numpy >= 2.4 refuses to turn into ints;
 - ``tl.dot`` of bf16 operands: stored as uint16, they were multiplied as integers;
 - the kernels' inline asm (``_ASM``: the decode's e4m3 -> fp16, the activations' ``ex2`` and
-  ``rcp``) is computed with torch (the interpreter runs no asm; this checks everything around
-  it, not the asm).
+  ``rcp``, the norm / activation kernels' packed products) is computed with torch (the interpreter
+  runs no asm; this checks everything around it, not the asm).
 """
 
 from __future__ import annotations
@@ -45,13 +45,28 @@ def _rcp_ftz(data: np.ndarray):
     return _flush(1.0 / x).numpy(), tl.float32
 
 
+def _products(dtype: torch.dtype):
+    """norm_act/kernels._packed_products: ``dtype(ae) * w_even`` / ``dtype(ao) * w_odd``,
+    each rounded once to ``dtype``, packed into the halves of an int32 word."""
+
+    def emulate(ae: np.ndarray, ao: np.ndarray, ww: np.ndarray):
+        w = torch.from_numpy(ww.astype(np.int32)).view(dtype).view(*ww.shape, 2)
+        n = torch.stack([torch.from_numpy(a.astype(np.float32)) for a in (ae, ao)], -1)
+        z = (n.to(dtype).float() * w.float()).to(dtype)
+        return z.view(torch.int32).view(ww.shape).numpy(), tl.int32
+
+    return emulate
+
+
 # the kernels' inline asm, computed with torch: decode/tiles._fp8_to_f16 (e4m3 -> fp16),
 # norm_act/kernels._ex2 and _rcp (``ex2.approx.ftz`` / ``rcp.approx.ftz`` as exact results
-# with the flushes: the hardware's are within 2 / 1 ulp of these)
+# with the flushes: the hardware's are within 2 / 1 ulp of these) and _packed_products
 _ASM = {
     "cvt.rn.f16x2.e4m3x2": _fp8_to_f16,
     "ex2.approx.ftz.f32": _ex2_ftz,
     "rcp.approx.ftz.f32": _rcp_ftz,
+    "fma.rn.bf16x2": _products(torch.bfloat16),
+    "fma.rn.f16x2": _products(torch.float16),
 }
 
 
@@ -100,9 +115,9 @@ def patch() -> None:
 
     def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
         emulate = next((f for key, f in _ASM.items() if key in asm), None)
-        if emulate is None or len(values) != 1:
+        if emulate is None:
             raise NotImplementedError(f"no interpreter emulation for the inline asm {asm!r}")
-        out, dtype = emulate(np.ascontiguousarray(values[0].data))
+        out, dtype = emulate(*(np.ascontiguousarray(v.data) for v in values))
         handle = I.TensorHandle(out, dtype)
 
         class _Call:

@@ -156,6 +156,46 @@ def norm_cases(seed: int, n: int, hidden=(64, 100, 4096, 5120), rows=(0, 1, 3, 7
         }  # fmt: skip
 
 
+def model_norm_cases(seed: int, hidden=(64, 100, 4096, 5120), rows=(1, 3, 130, 300)):
+    """The NVFP4 RMSNorm spellings of 16-bit transformers models (weight of the input dtype,
+    the norm rounded to it before the weight multiply), with and without the residual add:
+    the kernels' packed weight products (``normed_pairs``) run only for these, which the
+    random draw of ``norm_cases`` reaches in about one case in 36."""
+    rng = random.Random(seed)
+    for dtype in (torch.bfloat16, torch.float16):
+        for residual in (False, True):
+            k = rng.choice([h for h in hidden if h % 16 == 0])
+            yield {
+                "op": "norm", "fmt": "nvfp4", "dtype": dtype, "wdtype": dtype, "k": k,
+                "rows": rng.choice([r for r in rows if r]), "norm_dtype": None,
+                "weight_first": False, "residual": residual, "swizzle": rng.random() < 0.6,
+                "layout": rng.choice([None, "rows"]), "specials": rng.random() < 0.25,
+                "seed": rng.randrange(1 << 30),
+            }  # fmt: skip
+
+
+def extreme_scale_cases(seed: int, hidden=(64, 100, 4096, 5120), inter=(64, 4096, 5120, 14336)):
+    """NVFP4 RMSNorm and SiLU-and-mul (bf16) at global scales of ``2**118`` or more, where an
+    encode multiplier can overflow (``inf``: it always does), with about 2% of the inputs at
+    ``+-1e-39``: values that a multiplier clamped to FLT_MAX alone would not send to +-6.
+    Their bytes must equal the reference's (``exact``)."""
+    rng = random.Random(seed)
+    for g in (float("inf"), 2.0**120):
+        yield {
+            "op": "norm", "fmt": "nvfp4", "dtype": torch.bfloat16, "wdtype": torch.bfloat16,
+            "k": rng.choice([h for h in hidden if h % 16 == 0]), "rows": 3, "norm_dtype": None,
+            "weight_first": False, "residual": rng.random() < 0.5, "swizzle": True,
+            "layout": None, "specials": False, "tiny": True, "global_scale": g,
+            "seed": rng.randrange(1 << 30),
+        }  # fmt: skip
+        yield {
+            "op": "act", "fmt": "nvfp4", "dtype": torch.bfloat16,
+            "k": rng.choice([i for i in inter if i % 16 == 0]), "rows": 3, "activation": "silu",
+            "swizzle": True, "merged": True, "specials": False, "tiny": True, "global_scale": g,
+            "seed": rng.randrange(1 << 30),
+        }  # fmt: skip
+
+
 def act_cases(seed: int, n: int, inter=(64, 4096, 5120, 14336), rows=(0, 1, 3, 7, 130, 300)):
     """``n`` act_and_mul cases drawn with ``seed``; gate / up are usually the halves of one
     merged ``[M, 2I]`` tensor."""
@@ -180,13 +220,30 @@ def _nvfp4_ref(z: torch.Tensor, g: torch.Tensor, swizzle: bool) -> tuple:
     )
 
 
+def _tiny(x: torch.Tensor, gen: torch.Generator, case: dict) -> torch.Tensor:
+    """``x`` with about 2% of its elements at ``+-1e-39`` where the case asks (``tiny``)."""
+    if not case.get("tiny") or not x.numel():
+        return x
+    flat = x.float().view(-1)
+    pick = torch.rand(flat.shape, generator=gen) < 0.02
+    sign = torch.where(torch.rand(flat.shape, generator=gen) < 0.5, -1.0, 1.0)
+    return torch.where(pick, sign * 1e-39, flat).view(x.shape).to(x.dtype)
+
+
+def _global_scale(case: dict, wide: torch.Tensor) -> torch.Tensor:
+    """The case's fixed NVFP4 global scale, or one that puts the largest value near 448 * 6."""
+    if "global_scale" in case:
+        return torch.tensor(case["global_scale"])
+    return torch.tensor(448 * 6 / _finite_amax(wide) * random.Random(case["seed"]).uniform(0.5, 2))
+
+
 def run_norm(case: dict, device: str) -> dict:
     """One RMSNorm case through the launchers on ``device``; its statistics."""
     from graphfuse.triton.norm_act.launch import rms_norm_quant_fp8_into, rms_norm_quant_nvfp4_into
 
     gen = torch.Generator().manual_seed(case["seed"])
     m, k, dt = case["rows"], case["k"], case["dtype"]
-    x = _rand((m, k), dt, gen, 2.0, case["specials"])
+    x = _tiny(_rand((m, k), dt, gen, 2.0, case["specials"]), gen, case)
     res = _rand((m, k), dt, gen, 1.0, False) if case["residual"] else None
     w = (torch.rand(k, generator=gen) + 0.5).to(case["wdtype"])
     eps, nd, wf = 1e-6, case["norm_dtype"], case["weight_first"]
@@ -204,14 +261,14 @@ def run_norm(case: dict, device: str) -> dict:
         rms_norm_quant_fp8_into(xd, w.to(device), eps, s.to(device), out, nd, wf, rd, h_out)
         st.update(fp8_stats(out, R.fp8_static_quant_ref(z, s).reshape(m, k)))
     else:
-        g = torch.tensor(448 * 6 / _finite_amax(z) * random.Random(case["seed"]).uniform(0.5, 2))
+        g = _global_scale(case, z)
         sw = case["swizzle"]
         packed = _poisoned((m, k // 2), torch.uint8, device, 0xA5)
         sf = _poisoned(nvfp4_scale_shape(m, k, sw), FP8, device, 0xFF)
         rms_norm_quant_nvfp4_into(xd, w.to(device), eps, g.to(device), packed, sf, nd, wf, sw,
                                   rd, h_out)  # fmt: skip
         want = _nvfp4_ref(z, g, sw)
-        st.update(nvfp4_stats((packed, sf), want, z, g, sw))
+        st.update(nvfp4_stats((packed, sf), want, z, g, sw), exact="global_scale" in case)
     st["residual_equal"] = True if res is None else same_float(h_out, h)
     return st
 
@@ -225,7 +282,7 @@ def run_act(case: dict, device: str) -> dict:
 
     gen = torch.Generator().manual_seed(case["seed"])
     m, k, dt, act = case["rows"], case["k"], case["dtype"], case["activation"]
-    merged = _rand((m, 2 * k), dt, gen, 3.0, case["specials"])
+    merged = _tiny(_rand((m, 2 * k), dt, gen, 3.0, case["specials"]), gen, case)
     gate, up = merged.chunk(2, dim=-1)
     if not case["merged"]:
         gate, up = gate.contiguous(), up.contiguous()
@@ -237,12 +294,13 @@ def run_act(case: dict, device: str) -> dict:
         out = _poisoned((m, k), FP8, device, 0xFF)
         act_and_mul_quant_fp8_into(gd, ud, s.to(device), out, act)
         return fp8_stats(out, R.fp8_static_quant_ref(wide, s))
-    g = torch.tensor(448 * 6 / _finite_amax(wide) * random.Random(case["seed"]).uniform(0.5, 2))
+    g = _global_scale(case, wide)
     sw = case["swizzle"]
     packed = _poisoned((m, k // 2), torch.uint8, device, 0xA5)
     sf = _poisoned(nvfp4_scale_shape(m, k, sw), FP8, device, 0xFF)
     act_and_mul_quant_nvfp4_into(gd, ud, g.to(device), packed, sf, act, sw)
-    return nvfp4_stats((packed, sf), _nvfp4_ref(wide, g, sw), wide, g, sw)
+    st = nvfp4_stats((packed, sf), _nvfp4_ref(wide, g, sw), wide, g, sw)
+    return {**st, "exact": "global_scale" in case}
 
 
 def run_exp_range(device: str) -> list[dict]:
@@ -275,6 +333,10 @@ def failures(st: dict) -> list[str]:
             bad.append("NaN bytes differ")
         if st["equal"] < 0.99 or st["max_step"] > 1:
             bad.append(f"FP8 bytes {st['equal']:.6f} equal, max step {st['max_step']}")
+    elif st.get("exact"):
+        if st["packed_equal"] < 1.0 or st["scale_equal"] < 1.0:
+            bad.append(f"NVFP4 bytes not equal: packed {st['packed_equal']:.6f}, scales "
+                       f"{st['scale_equal']:.6f}")  # fmt: skip
     else:
         if st["scale_max_step"] > 1 or st["rmse_ratio"] > 1.05:
             bad.append(f"NVFP4 scale step {st['scale_max_step']}, RMSE {st['rmse_ratio']:.4f}")
@@ -284,12 +346,16 @@ def failures(st: dict) -> list[str]:
 
 
 def run_all(seed: int, n: int, device: str, **sizes) -> list[dict]:
-    """Every case of ``seed`` (``n`` RMSNorm and ``n`` act_and_mul, then the exp range):
-    a record per case with its statistics and ``error``: the broken rules, "" when none."""
+    """Every case of ``seed`` (the 4 model RMSNorm spellings, the 4 extreme global scales,
+    ``n`` RMSNorm and ``n`` act_and_mul, then the exp range): a record per case with its
+    statistics and ``error``: the broken rules, "" when none."""
     records = []
     norm_kw = {k: v for k, v in sizes.items() if k in ("hidden", "rows")}
     act_kw = {k: v for k, v in sizes.items() if k in ("inter", "rows")}
-    for case in [*norm_cases(seed, n, **norm_kw), *act_cases(seed + 1, n, **act_kw)]:
+    extreme_kw = {k: v for k, v in sizes.items() if k in ("hidden", "inter")}
+    cases = [*model_norm_cases(seed, **norm_kw), *extreme_scale_cases(seed, **extreme_kw),
+             *norm_cases(seed, n, **norm_kw), *act_cases(seed + 1, n, **act_kw)]  # fmt: skip
+    for case in cases:
         st = (run_norm if case["op"] == "norm" else run_act)(case, device)
         records.append({**case, **st, "error": "; ".join(failures(st))})
     for st in run_exp_range(device):

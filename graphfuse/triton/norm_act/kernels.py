@@ -2,11 +2,13 @@
 ``formats.py``.
 
 The arithmetic is ``graphfuse/ops/norm_act_ref.py``'s, operation for operation (every
-division ``div_rn``, the square root ``sqrt_rn``, no fused multiply-add: the launchers
-compile with ``enable_fp_fusion=False``), with the freedoms docs/numerics.md's GPU acceptance
-allows: the sum of squares is a tree reduction over the row, and the activations' ``exp`` and
-division are the hardware's ``ex2.approx`` and ``rcp.approx`` (within 2 and 1 ulp; the
-reference's exp polynomial and ``div_rn`` made the SiLU kernels compute-bound on the H200).
+division ``div_rn``, the square root ``sqrt_rn``, no fused multiply-add but where written:
+the launchers compile with ``enable_fp_fusion=False``), with the freedoms docs/numerics.md's
+GPU acceptance allows: the sum of squares is a tree reduction over the row whose leaves fuse
+two squares into one multiply-add, the activations' ``exp`` and division are the hardware's
+``ex2.approx`` and ``rcp.approx`` (within 2 and 1 ulp; the reference's exp polynomial and
+``div_rn`` made the SiLU kernels compute-bound on the H200), and the NVFP4 encode multiplier
+is the attention epilogues' (``formats.nvfp4_block_scale``).
 
 The NVFP4 kernels read their inputs two elements per word (``split_pairs``: int32 words of
 16-bit floats, int64 words of fp32), so an NVFP4 block's 16 values are 8 words of a
@@ -20,11 +22,12 @@ import triton
 import triton.language as tl
 
 from ..formats import (
+    FLT_MAX,
     amax_along,
     e2m1_byte,
     e4m3,
     nan_max,
-    nvfp4_block_scale_exact,
+    nvfp4_block_scale,
     scaled_for_e2m1,
     swizzled_offset,
     zero_sf_pad,
@@ -121,12 +124,17 @@ def join_pairs(lo, hi, DT: tl.constexpr):
 def store_nvfp4_pairs(
     ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE: tl.constexpr
 ):  # fmt: skip
-    """NVFP4 (``quant_ref.nvfp4_quant_ref``'s arithmetic) of the even / odd values ``ze`` /
-    ``zo`` (fp32 ``[NB, 8]``: block columns ``kb`` of row ``row``): stores the packed bytes of
-    the real block columns (< K/16) and their scale bytes, with ``SWIZZLE`` also zeros in the
-    layout's padding columns (up to ``KB_PAD``)."""
-    inv, big, sbits = nvfp4_block_scale_exact(nan_max(amax_along(ze, 1), amax_along(zo, 1)), g)
-    inv, big = inv[:, None], big[:, None]
+    """NVFP4 of the even / odd values ``ze`` / ``zo`` (fp32 ``[NB, 8]``: block columns ``kb``
+    of row ``row``) with the attention epilogues' block scale (``nvfp4_block_scale``: the
+    scale byte of ``quant_ref.nvfp4_quant_ref``, the encode multiplier within about 2 ulp of
+    its ``1 / (sf / g)``): stores the packed bytes of the real block columns (< K/16) and
+    their scale bytes, with ``SWIZZLE`` also zeros in the layout's padding columns (up to
+    ``KB_PAD``). A multiplier clamped to FLT_MAX (a global scale of ``2**118`` or more)
+    still sends every nonzero value to +-6 and keeps +-0, as the reference's infinite one
+    does (``scaled_for_e2m1``)."""
+    inv, sbits = nvfp4_block_scale(nan_max(amax_along(ze, 1), amax_along(zo, 1)), g)
+    big = tl.where(inv == FLT_MAX, FLT_MAX, 1.0)[:, None]
+    inv = inv[:, None]
     packed = e2m1_byte(scaled_for_e2m1(ze, inv, big, g), scaled_for_e2m1(zo, inv, big, g))
     row64 = row.to(tl.int64)
     real = kb < K // 16
@@ -150,6 +158,50 @@ def normed(v, r, w, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr, WEIGHT_FIRST: t
     else:
         z = (w * n.to(NORM_DT).to(tl.float32)).to(OUT_DT).to(tl.float32)
     return z
+
+
+@triton.jit
+def _packed_products(ae, ao, w, DT: tl.constexpr):
+    """The word of 16-bit ``DT`` pairs ``DT(ae) * w_even`` (low half) and ``DT(ao) * w_odd``
+    (high half) of fp32 ``ae`` / ``ao`` and the ``split_pairs`` words ``w``: ``cvt.rn`` rounds
+    the two values into one word and one ``fma.rn`` with a ``-0`` addend (``mul.rn.bf16x2``
+    needs sm_90; this runs from sm_80, and ``-0`` keeps the sign of a zero product)
+    multiplies it by ``w``, each product rounded once to DT: ``(DT(a) * w).to(DT)`` of a
+    word's two values."""
+    if DT == tl.bfloat16:
+        asm: tl.constexpr = (
+            "{.reg .b32 p, z; cvt.rn.bf16x2.f32 p, $2, $1; mov.b32 z, 0x80008000;"
+            " fma.rn.bf16x2 $0, p, $3, z;}"
+        )
+    else:
+        asm: tl.constexpr = (
+            "{.reg .b32 p, z; cvt.rn.f16x2.f32 p, $2, $1; mov.b32 z, 0x80008000;"
+            " fma.rn.f16x2 $0, p, $3, z;}"
+        )
+    return tl.inline_asm_elementwise(
+        asm, "=r,f,f,r", [ae, ao, w], dtype=tl.int32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
+def normed_pairs(
+    ve, vo, r, ww, W_DT: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr,
+):  # fmt: skip
+    """``normed`` of the even / odd values ``ve`` / ``vo`` with the weight words ``ww``
+    (``split_pairs`` words of ``W_DT``). Where the norm, the weight and the product are one
+    16-bit dtype and the norm is rounded before the weight multiply (the transformers
+    spelling of a bf16 or fp16 model), a word's two products are one packed multiply
+    (``_packed_products``) whose halves are the fp32 values (``split_pairs_f32``): the
+    compiler's own packing paired values of different words, which cost two more
+    instructions a value to re-pack the weights and unpack the products."""
+    if NORM_DT == W_DT and OUT_DT == W_DT and W_DT.primitive_bitwidth == 16 and not WEIGHT_FIRST:
+        ze, zo = split_pairs_f32(_packed_products(ve * r, vo * r, ww, W_DT), W_DT)
+    else:
+        we, wo = split_pairs(ww, W_DT)
+        ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
+        zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    return ze, zo
 
 
 @triton.jit
@@ -218,12 +270,10 @@ def _rms_norm_nvfp4_row(
         tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
     else:
         ve, vo = split_pairs_f32(xw, DT)
-    r = inv_rms(tl.sum(tl.sum(ve * ve + vo * vo, axis=1), axis=0), K, eps)
+    r = inv_rms(tl.sum(tl.sum(tl.fma(ve, ve, vo * vo), axis=1), axis=0), K, eps)
     if not EARLY:
         ww = tl.load(w_ptr + words, mask=mask, other=0)
-    we, wo = split_pairs(ww, W_DT)
-    ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    ze, zo = normed_pairs(ve, vo, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
     if not EARLY:
         g = tl.load(g_ptr).to(tl.float32)
     store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
@@ -261,6 +311,21 @@ def act_and_mul(g, u, DT: tl.constexpr, ACT: tl.constexpr):
 
 
 @triton.jit
+def act_and_mul_pairs(ge, go, uw, DT: tl.constexpr, ACT: tl.constexpr):
+    """``act_and_mul`` of the even / odd gate values ``ge`` / ``go`` (fp32) and the up words
+    ``uw`` (``split_pairs`` words of ``DT``); for 16-bit ``DT`` a word's two products are one
+    packed multiply (``_packed_products``, as ``normed_pairs``)."""
+    if DT.primitive_bitwidth == 16:
+        p = _packed_products(activation(ge, ACT), activation(go, ACT), uw, DT)
+        pe, po = split_pairs_f32(p, DT)
+    else:
+        ue, uo = split_pairs(uw, DT)
+        pe = act_and_mul(ge, ue, DT, ACT)
+        po = act_and_mul(go, uo, DT, ACT)
+    return pe, po
+
+
+@triton.jit
 def act_and_mul_fp8_kernel(
     gate_ptr, up_ptr, s_ptr, out_ptr, K, sg, su, ACT: tl.constexpr, CHUNK: tl.constexpr
 ):
@@ -287,9 +352,8 @@ def _act_and_mul_nvfp4_chunk(
     row64 = row.to(tl.int64)
     mask = kb[:, None] < K // 16
     ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
-    ue, uo = split_pairs(tl.load(up_ptr + row64 * su + words, mask=mask, other=0), DT)
-    pe = act_and_mul(ge, ue, DT, ACT)
-    po = act_and_mul(go, uo, DT, ACT)
+    uw = tl.load(up_ptr + row64 * su + words, mask=mask, other=0)
+    pe, po = act_and_mul_pairs(ge, go, uw, DT, ACT)
     g = tl.load(g_ptr).to(tl.float32)
     store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
 
