@@ -113,9 +113,9 @@ def _compile_norm_act(case: dict, workdir: str) -> tuple[list[str], int, int]:
     return _compile(fn, case["sig"], case["const"], divisible, options, workdir)
 
 
-def _compile_prefill(inp: str, out: str, workdir: str) -> tuple[list[str], int, int]:
-    """``_compile`` of the Gluon prefill kernel, D=128, ``inp`` q / k / v (``bf16`` or
-    ``fp8``: default precision, V upcast to fp16) into ``out``."""
+def _compile_prefill(inp: str, out: str, workdir: str, d: int = 128) -> tuple[list[str], int, int]:
+    """``_compile`` of the Gluon prefill kernel, head dim ``d``, ``inp`` q / k / v (``bf16``
+    or ``fp8``: default precision, V upcast to fp16) into ``out``."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -126,8 +126,8 @@ def _compile_prefill(inp: str, out: str, workdir: str) -> tuple[list[str], int, 
              "fp16": (gl.float16, "fp16")}  # fmt: skip
 
     def desc(rows: int, name: str) -> str:
-        layout = gl.NVMMASharedLayout.get_default_for([rows, 128], types[name][0])
-        return f"tensordesc<{types[name][1]}[{rows}, 128],{layout!r}>"
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], types[name][0])
+        return f"tensordesc<{types[name][1]}[{rows}, {d}],{layout!r}>"
 
     sig = {"q_desc": desc(WS_BLOCK_M // 2, inp), "k_desc": desc(WS_BLOCK_N, inp),
            "v_desc": desc(WS_BLOCK_N, "fp16" if inp == "fp8" else inp)}  # fmt: skip
