@@ -42,7 +42,8 @@ _WORD_PTRS = ("x_ptr", "res_ptr", "res_out_ptr", "w_ptr")
 # ws_attention_kernel's arguments after the three TMA descriptors
 _PREFILL_ARGS = (
     "out_ptr", "osc_ptr", "qs_ptr", "ks_ptr", "vs_ptr", "scale_bits", "H", "G", "SQ", "SKV",
-    "q_rb", "q_rh", "q_ch", "kv_rb", "kv_rh", "kv_ch", "sob", "soh", "sos", "qk_scale", "causal",
+    "q_rb", "q_rh", "q_ch", "k_rb", "k_rh", "k_ch", "v_rb", "v_rh", "v_ch", "sob", "soh", "sos",
+    "qk_scale", "causal",
     "causal_off", "sf_ptr", "nmb", "nmh", "nms", "nch", "nv_k", "nv_kbpad", "n_work",
 )  # fmt: skip
 _PREFILL_SCALARS = ("scale_bits", "G", "causal", "causal_off", "n_work")
@@ -113,9 +114,11 @@ def _compile_norm_act(case: dict, workdir: str) -> tuple[list[str], int, int]:
     return _compile(fn, case["sig"], case["const"], divisible, options, workdir)
 
 
-def _compile_prefill(inp: str, out: str, workdir: str, d: int = 128) -> tuple[list[str], int, int]:
+def _compile_prefill(
+    inp: str, out: str, workdir: str, d: int = 128, fast: bool = False
+) -> tuple[list[str], int, int]:
     """``_compile`` of the Gluon prefill kernel, head dim ``d``, ``inp`` q / k / v (``bf16``
-    or ``fp8``: default precision, V upcast to fp16) into ``out``."""
+    or ``fp8``: default precision, V upcast to fp16; ``fast``: FP8 V^T tiles) into ``out``."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -125,12 +128,15 @@ def _compile_prefill(inp: str, out: str, workdir: str, d: int = 128) -> tuple[li
     types = {"bf16": (gl.bfloat16, "bf16"), "fp8": (gl.float8e4nv, "fp8e4nv"),
              "fp16": (gl.float16, "fp16")}  # fmt: skip
 
-    def desc(rows: int, name: str) -> str:
-        layout = gl.NVMMASharedLayout.get_default_for([rows, d], types[name][0])
-        return f"tensordesc<{types[name][1]}[{rows}, {d}],{layout!r}>"
+    def desc(rows: int, name: str, cols: int = d) -> str:
+        layout = gl.NVMMASharedLayout.get_default_for([rows, cols], types[name][0])
+        return f"tensordesc<{types[name][1]}[{rows}, {cols}],{layout!r}>"
 
+    v_desc = (
+        desc(d, "fp8", WS_BLOCK_N) if fast else desc(WS_BLOCK_N, "fp16" if inp == "fp8" else inp)
+    )
     sig = {"q_desc": desc(WS_BLOCK_M // 2, inp), "k_desc": desc(WS_BLOCK_N, inp),
-           "v_desc": desc(WS_BLOCK_N, "fp16" if inp == "fp8" else inp)}  # fmt: skip
+           "v_desc": v_desc}  # fmt: skip
     sig |= dict.fromkeys(_PREFILL_ARGS, "i32")
     sig |= {"out_ptr": {"nvfp4": "*u8", "fp8": "*fp8e4nv", "bf16": "*bf16"}[out],
             "osc_ptr": "*fp32", "qs_ptr": "*fp32", "ks_ptr": "*fp32", "vs_ptr": "*fp32",
@@ -223,9 +229,15 @@ def count_prefill() -> list[dict]:
     """``_record`` of each Gluon prefill variant."""
     with tempfile.TemporaryDirectory() as workdir:
         return [
-            _record(f"prefill {inp} -> {out}", lines, shared)
-            for inp, out in (("bf16", "fp8"), ("fp8", "fp8"), ("fp8", "nvfp4"), ("bf16", "bf16"))
-            for lines, _, shared in [_compile_prefill(inp, out, workdir)]
+            _record(f"prefill {inp}{' fast' if fast else ''} -> {out}", lines, shared)
+            for inp, out, fast in (
+                ("bf16", "fp8", False),
+                ("fp8", "fp8", False),
+                ("fp8", "nvfp4", False),
+                ("bf16", "bf16", False),
+                ("fp8", "fp8", True),
+            )  # fmt: skip
+            for lines, _, shared in [_compile_prefill(inp, out, workdir, fast=fast)]
         ]
 
 

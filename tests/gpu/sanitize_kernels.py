@@ -106,8 +106,8 @@ def _norm_act(s: torch.Tensor) -> None:
 
 def _warp_specialised(s: torch.Tensor) -> None:
     """The warp-specialised Hopper prefill kernel (``prefill/gluon_kernel.py``): both memory orders,
-    GQA, K and V in different memory orders (the launcher's contiguous copy), every causal
-    form, 16-bit, FP8 and NVFP4 out, FP8 inputs, more row blocks than SMs; each call counted."""
+    GQA, K and V in different memory orders, every causal form, 16-bit, FP8 and NVFP4 out, FP8
+    inputs in both precisions, more row blocks than SMs; each call counted."""
     from graphfuse.triton.ops import attention_run as run
     from graphfuse.triton.prefill import launch
 
@@ -126,18 +126,20 @@ def _warp_specialised(s: torch.Tensor) -> None:
         return x.transpose(1, 2) if mem == "bshd" else x
 
     n = 0
-    for d, mems, dt, causal, hq, sq in (
-        (128, ("bhsd", "bhsd", "bhsd"), torch.bfloat16, "top_left", 8, 256),
-        (64, ("bshd", "bshd", "bshd"), torch.float16, "bottom_right", 8, 256),
-        (128, ("bhsd", "bhsd", "bshd"), torch.bfloat16, "none", 8, 256),
-        (128, ("bshd", "bhsd", "bhsd"), FP8, "top_left", 8, 256),
+    for d, mems, dt, causal, hq, sq, prec in (
+        (128, ("bhsd", "bhsd", "bhsd"), torch.bfloat16, "top_left", 8, 256, "default"),
+        (64, ("bshd", "bshd", "bshd"), torch.float16, "bottom_right", 8, 256, "default"),
+        (128, ("bhsd", "bhsd", "bshd"), torch.bfloat16, "none", 8, 256, "default"),
+        (128, ("bshd", "bhsd", "bhsd"), FP8, "top_left", 8, 256, "default"),
+        (64, ("bshd", "bhsd", "bshd"), FP8, "top_left", 8, 256, "fast"),
         # 512 row blocks: several a persistent program, some with no key tile
-        (128, ("bhsd", "bhsd", "bhsd"), FP8, "bottom_right", 32, 1024),
+        (128, ("bhsd", "bhsd", "bhsd"), FP8, "bottom_right", 32, 1024, "default"),
+        (128, ("bhsd", "bhsd", "bhsd"), FP8, "bottom_right", 32, 1024, "fast"),
     ):
         q = make(hq, sq, d, dt, mems[0])
         k, v = make(2, 384, d, dt, mems[1]), make(2, 384, d, dt, mems[2])
         sc = torch.tensor([1 / 8], device=dev) if dt == FP8 else None
-        a = (q, k, v, sc, sc, sc, None, causal, None, "bhsd", "default")
+        a = (q, k, v, sc, sc, sc, None, causal, None, "bhsd", prec)
         o16 = torch.empty(q.shape, device=dev, dtype=torch.bfloat16)
         run(*a, o16, 0)
         o8 = torch.empty(q.shape, device=dev, dtype=FP8)

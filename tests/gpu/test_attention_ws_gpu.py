@@ -1,8 +1,8 @@
 """The warp-specialised Hopper prefill kernel (``graphfuse/triton/prefill/gluon_kernel.py``) against
-the fp64 reference: bf16 / fp16 / FP8 inputs (FP8 with dequant scales), 16-bit, FP8 and
-NVFP4 outputs (poisoned first), both input memory orders, GQA, every causal form,
-Sq != Skv, custom softmax scales; the calls must reach it (counted), and it must be
-capturable in a CUDA graph."""
+the fp64 reference: bf16 / fp16 / FP8 inputs (FP8 with dequant scales, in the default
+precision and in fast mode), 16-bit, FP8 and NVFP4 outputs (poisoned first), both input
+memory orders, GQA, every causal form, Sq != Skv, custom softmax scales; the calls must
+reach it (counted), and it must be capturable in a CUDA graph."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import graphfuse  # noqa: F401
 from graphfuse.ops.attention_ref import attention_fp32
 from graphfuse.ops.quant_ref import fp8_static_quant_ref, nvfp4_quant_ref
 from graphfuse.testing.numerics import assert_fp8_close, assert_nvfp4_close
+
+from ._accept import check_fp8, fp8_stats
 
 triton = pytest.importorskip("triton")
 
@@ -180,8 +182,8 @@ def test_ws_cuda_graph(ws_calls: list) -> None:
 
 @pytest.mark.parametrize("first", ["k", "v"])
 def test_ws_kv_in_different_memory_orders(first: str, ws_calls: list) -> None:
-    """K and V in different memory orders (one ``[B,H,S,D]``, the other ``[B,S,H,D]``): the
-    launcher gives them one set of TMA coordinates (a contiguous copy), same result."""
+    """K and V in different memory orders (one ``[B,H,S,D]``, the other ``[B,S,H,D]``): each
+    has its own TMA coordinates, same result."""
     from graphfuse.triton.ops import attention_run as run
 
     base = dict(b=2, hq=8, hkv=2, sq=256, skv=384, d=128, dtype=torch.bfloat16, seed=21)
@@ -195,3 +197,100 @@ def test_ws_kv_in_different_memory_orders(first: str, ws_calls: list) -> None:
     assert len(ws_calls) == 1
     err = ((out.float() - wide).norm() / wide.norm()).item()
     assert not torch.isnan(out).any() and err < 2e-2, err
+
+
+def _run_fast_case(c: dict, ws_calls: list) -> None:
+    """Fast mode (FP8 P·V) through the Gluon kernel: docs/numerics.md's fast-mode acceptance
+    against the fp64 reference for 16-bit, FP8 and NVFP4 outputs (the rules, or the e4m3
+    format floor's figures within 5% / 3 points where the floor itself misses a rule), and
+    the 16-bit output close to the Triton kernel's fast mode (the same e4m3 P, another
+    summation order)."""
+    from graphfuse.ops._attention_args import nvfp4_rows_cols, out_shape
+    from graphfuse.triton.ops import attention_run as run
+
+    q, k, v, qs, ks, vs = _inputs(c)
+    args = (q, k, v, qs, ks, vs, None, c["causal"], c["scale"], c["layout"], "fast")
+    wide = attention_fp32(*args, compute_dtype=torch.float64).float()
+    amax = wide.abs().max().item()
+    # the format's floor: exact arithmetic with e4m3 P (tests/ops/test_fast_mode_floor.py)
+    floor = attention_fp32(*args, compute_dtype=torch.float64, fp8_p=True).float()
+    shape = out_shape(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
+    n0 = len(ws_calls)
+    o16 = torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    run(*args, o16, 0)
+    err = ((o16.float() - wide).norm() / wide.norm()).item()
+    assert not torch.isnan(o16).any() and err < 5e-2, (c, err)
+    worst, worst_floor = ((o.float() - wide).abs().max().item() for o in (o16, floor))
+    assert worst <= max(0.025 * amax, 1.05 * worst_floor), (c, worst, worst_floor, amax)
+    t16 = torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    run(*args, t16, 0, config={"WS": False})
+    diff = ((o16.float() - t16.float()).norm() / t16.float().norm()).item()
+    assert diff < 2e-2, (c, diff)  # P rounded alike; tiles and summation order differ
+    s_o = torch.tensor([amax / 448.0], device="cuda")
+    o8 = torch.full(shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    run(*args, o8, 1, s_o)
+    ref8 = fp8_static_quant_ref(wide, s_o)
+    fl = fp8_stats(fp8_static_quant_ref(floor, s_o), ref8, wide, s_o.item())
+    check_fp8(o8, ref8, wide, s_o.item(), fast=True, floor=fl)
+    m, kk = nvfp4_rows_cols(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
+    g = torch.tensor([448 * 6 / amax], device="cuda")
+    pk = torch.full((m, kk // 2), 0xA5, dtype=torch.uint8, device="cuda")
+    sf_shape = ((m + 127) // 128 * 128, (kk // 16 + 3) // 4 * 4)
+    sf = torch.full(sf_shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    run(*args, pk, 2, g, sf)
+    rp, rs = nvfp4_quant_ref(wide.reshape(m, kk), g, swizzle=True)
+    assert_nvfp4_close(
+        pk, sf, rp, rs, wide, g, min_equal=0.6, rmse_factor=1.4, max_scale_step=None
+    )  # fmt: skip
+    assert len(ws_calls) == n0 + 3, c
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ws_fast_mode(seed: int, ws_calls: list) -> None:
+    for c in _cases(6, seed):
+        _run_fast_case(dict(c, dtype=FP8), ws_calls)
+
+
+def test_ws_fast_mode_more_blocks_than_sms(ws_calls: list) -> None:
+    c = dict(MANY_ITEMS[1], scale=None, mem="bhsd", layout="bshd", seed=47)
+    _run_fast_case(c, ws_calls)
+
+
+def test_fast_v_tiles_key_order() -> None:
+    """``fast_v_tiles`` writes V^T with key ``s`` at ``wgmma_key_order(s)`` for both memory
+    orders of v and a V stored K-major (every byte of the fresh output is written: compared
+    in full)."""
+    from graphfuse.triton.prefill.config import wgmma_key_order
+    from graphfuse.triton.prefill.launch import fast_v_tiles
+
+    for mem in ("bhsd", "bshd", "k-major"):
+        c = dict(b=2, hq=3, hkv=3, sq=128, skv=384, d=64, dtype=FP8, seed=5)
+        v = _inputs(dict(c, mem="bhsd" if mem == "k-major" else mem))[2]
+        if mem == "k-major":
+            v = v.transpose(-1, -2).contiguous().transpose(-1, -2)
+        got = fast_v_tiles(v)
+        pos = torch.tensor([wgmma_key_order(s) for s in range(v.shape[2])], device="cuda")
+        want = torch.empty_like(got)
+        want[..., pos] = v.transpose(-1, -2)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), mem
+
+
+def test_ws_fast_mode_cuda_graph(ws_calls: list) -> None:
+    from graphfuse.triton.ops import attention_run as run
+
+    c = dict(b=1, hq=8, hkv=2, sq=256, skv=256, d=128, dtype=FP8, mem="bshd", seed=9)
+    q, k, v, qs, ks, vs = _inputs(c)
+    args = (q, k, v, qs, ks, vs, None, "top_left", None, "bhsd", "fast")
+    s_o = torch.tensor([0.01], device="cuda")
+    out = torch.empty(q.shape, dtype=FP8, device="cuda")
+    run(*args, out, 1, s_o)  # compile outside the capture
+    torch.cuda.synchronize()
+    expect = out.clone()
+    out.view(torch.uint8).fill_(0xFF)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run(*args, out, 1, s_o)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.uint8), expect.view(torch.uint8))
+    assert len(ws_calls) == 2

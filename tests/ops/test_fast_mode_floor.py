@@ -52,3 +52,25 @@ def test_fp8_p_floor_exceeds_the_numerics_limit() -> None:
         ratios.append(((got - wide).pow(2).mean() / (ref - wide).pow(2).mean()).sqrt().item())
     print("e4m3-P floor RMSE ratios:", [round(r, 3) for r in ratios])
     assert min(ratios) > 1.25, ratios
+
+
+def test_fp8_p_floor_can_exceed_the_fast_mode_rules() -> None:
+    """One of ``tests/gpu/test_attention_ws_gpu.py``'s fast-mode cases (B=2, 8/2 heads,
+    Sq=256, Skv=384, D=64, bottom-right causal, q / k / v dequant scales 1/64, 1/128, 1/32):
+    exact e4m3-P attention itself misses docs/numerics.md's fast-mode rules (56.7% of FP8
+    bytes equal, RMSE 1.44x, worst element 2.9% of the amax; the Gluon kernel measured
+    56.7%, 1.44x and 2.9% on an H100), which is why a fast-mode kernel is held to the rules or
+    to within 5% / 3 points of this floor, whichever is looser."""
+    gen = torch.Generator().manual_seed(962007330)
+    q, k, v = ((torch.randn(2, h, s, 64, generator=gen) * 64).to(FP8)
+               for h, s in ((8, 256), (2, 384), (2, 384)))  # fmt: skip
+    scales = [torch.tensor([f / 64.0]) for f in (1.0, 0.5, 2.0)]
+    args = (q, k, v, *scales, None, "bottom_right")
+    wide = attention_fp32(*args, compute_dtype=torch.float64).float()
+    floor = attention_fp32(*args, compute_dtype=torch.float64, fp8_p=True).float()
+    s_o = wide.abs().max().reshape(1) / 448
+    ref8, got8 = fp8_static_quant_ref(wide, s_o), fp8_static_quant_ref(floor, s_o)
+    equal = (got8.view(torch.uint8) == ref8.view(torch.uint8)).float().mean().item()
+    rmse = (got8.float() * s_o - wide).pow(2).mean() / (ref8.float() * s_o - wide).pow(2).mean()
+    worst = ((floor - wide).abs().max() / wide.abs().max()).item()
+    assert equal < 0.6 and rmse.sqrt().item() > 1.4 and worst > 0.025, (equal, rmse, worst)

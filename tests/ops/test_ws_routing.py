@@ -55,12 +55,12 @@ def test_rows_view_refuses_what_tma_cannot_read() -> None:
     assert rows_view(off) is None
 
 
-def _args(q, k=None, v=None, attn_mask=None, out_kind=1, precision="default", fp8=True):
+def _args(q, k=None, v=None, attn_mask=None, out_kind=1, precision="default"):
     k = q if k is None else k
     v = k if v is None else v
     wide = q.dtype if q.dtype != FP8 else torch.float16
     out = torch.empty(q.shape, dtype={0: wide, 1: FP8, 2: torch.uint8}[out_kind])
-    return (q, k, v, attn_mask, out, out_kind, precision, fp8)
+    return (q, k, v, attn_mask, out, out_kind, precision)
 
 
 def test_ws_eligible_accepts_16bit_and_fp8_prefill() -> None:
@@ -73,19 +73,33 @@ def test_ws_eligible_accepts_16bit_and_fp8_prefill() -> None:
     q8 = _bhsd(1, 4, 256, 128).to(FP8)
     v_kmajor = q8.transpose(-1, -2).contiguous().transpose(-1, -2)  # keys contiguous
     assert ws_eligible(*_args(q8, q8, v_kmajor))  # the launcher upcasts V into rows
-    assert not ws_eligible(*_args(q8, fp8=False))  # FP8 inputs only with knob WS8
+    # fast mode (FP8 P·V): the launcher copies V to K-major tiles (fast_v_tiles)
+    assert ws_eligible(*_args(q8, q8, v_kmajor, precision="fast"))
+    assert ws_eligible(*_args(q8, precision="fast", out_kind=2))
+
+
+def test_wgmma_key_order_is_a_permutation_of_each_16_keys() -> None:
+    """Fast mode's V^T key order (``config.wgmma_key_order``): thread ``t``'s accumulator
+    columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of each 16 land on the 4 consecutive keys
+    ``4t .. 4t + 3`` that the FP8 wgmma A operand holds in one register."""
+    from graphfuse.triton.prefill.config import wgmma_key_order
+
+    for base in (0, 16, 4096):
+        pos = [wgmma_key_order(base + i) - base for i in range(16)]
+        assert sorted(pos) == list(range(16))
+        for t in range(4):
+            cols = (2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9)
+            assert [pos[c] for c in cols] == [4 * t, 4 * t + 1, 4 * t + 2, 4 * t + 3]
 
 
 @pytest.mark.parametrize(
     "case",
-    ["fp8_fast", "mixed_fp8", "mask", "d80", "sq", "skv", "mixed", "out8_as_wide"],
+    ["mixed_fp8", "mask", "d80", "sq", "skv", "mixed", "out8_as_wide"],
 )
 def test_ws_eligible_refuses(case: str) -> None:
     q = _bhsd(1, 4, 256, 128)
     args = _args(q)
-    if case == "fp8_fast":  # FP8 P·V: the Triton kernel's
-        args = _args(q.to(FP8), precision="fast")
-    elif case == "mixed_fp8":
+    if case == "mixed_fp8":
         args = _args(q.to(FP8), q.to(FP8), q)
     elif case == "mask":
         args = _args(q, attn_mask=torch.ones(256, 256, dtype=torch.bool))
@@ -98,6 +112,6 @@ def test_ws_eligible_refuses(case: str) -> None:
     elif case == "mixed":
         args = _args(q, q.half())
     elif case == "out8_as_wide":  # a wide output must be a 16/32-bit float tensor
-        q_, k_, v_, m_, out8, _, prec, fp8 = _args(q)
-        args = (q_, k_, v_, m_, out8, 0, prec, fp8)
+        q_, k_, v_, m_, out8, _, prec = _args(q)
+        args = (q_, k_, v_, m_, out8, 0, prec)
     assert not ws_eligible(*args)

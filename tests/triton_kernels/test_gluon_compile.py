@@ -1,8 +1,9 @@
 """The warp-specialised Gluon prefill kernel compiles for sm_90 without a GPU (Triton's own
-ptxas, ``benchmarks.sass_count``'s compile path), for both head dims and each output kind. A
-layout that does not fit a tile shape aborts the compiler (an LLVM error ends the process),
-which a GPU run would otherwise be the first to show, so the compiles run in a subprocess.
-Skips where Triton or its Gluon Hopper layer is not installed (the ``interpret`` extra)."""
+ptxas, ``benchmarks.sass_count``'s compile path), for both head dims, each output kind and
+fast mode. A layout that does not fit a tile shape aborts the compiler (an LLVM error ends
+the process), which a GPU run would otherwise be the first to show, so the compiles run in a
+subprocess. Skips where Triton or its Gluon Hopper layer is not installed (the ``interpret``
+extra)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,19 @@ pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
 from ._runner import ROOT  # noqa: E402
 
-CASES = [(d, inp, out) for d in (64, 128) for inp, out in
-         (("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "fp8"), ("fp8", "nvfp4"))]  # fmt: skip
+# (head dim, q / k / v, output, fast mode)
+CASES = [(d, inp, out, fast) for d in (64, 128) for inp, out, fast in
+         (("bf16", "bf16", False), ("bf16", "fp8", False), ("fp8", "nvfp4", False),
+          ("fp8", "fp8", True))]  # fmt: skip
 
 _SCRIPT = """
 import sys, tempfile
 from benchmarks.sass_count import _compile_prefill
-for d, inp, out in {cases!r}:
-    print(d, inp, out, "...", flush=True)
+for d, inp, out, fast in {cases!r}:
+    print(d, inp, out, fast, "...", flush=True)
     with tempfile.TemporaryDirectory() as w:
-        sass, _, _ = _compile_prefill(inp, out, w, d)
-    print(d, inp, out, len(sass), flush=True)
+        sass, _, _ = _compile_prefill(inp, out, w, d, fast)
+    print(d, inp, out, fast, len(sass), flush=True)
 """
 
 
@@ -37,5 +40,5 @@ def test_gluon_prefill_compiles_for_sm90() -> None:
     )  # fmt: skip
     done = [line.split() for line in proc.stdout.splitlines() if not line.endswith("...")]
     assert proc.returncode == 0, (proc.stdout[-500:], proc.stderr[-3000:])
-    assert [(int(d), i, o) for d, i, o, _ in done] == CASES
+    assert [(int(d), i, o, f == "True") for d, i, o, f, _ in done] == CASES
     assert all(int(n) > 1000 for *_, n in done), done  # a whole kernel's SASS

@@ -76,18 +76,15 @@ def rows_view(x: torch.Tensor):
     return x.as_strided((rows, width), (ss, 1)), sb // ss, rh, ch
 
 
-def ws_eligible(
-    q, k, v, attn_mask, out, out_kind: int, precision: str, fp8_inputs: bool = False
-) -> bool:
+def ws_eligible(q, k, v, attn_mask, out, out_kind: int, precision: str) -> bool:
     """Whether the warp-specialised Hopper kernel (``gluon_kernel.py``) serves this call:
-    q / k / v all 16-bit of one type, or (``fp8_inputs``: the launcher always passes True)
-    all FP8 in the default precision (16-bit P·V); dequant scales allowed; no mask; D of 64
-    or 128; Sq and Skv multiples of 128; each operand addressable as one 2-D TMA view
-    (``rows_view``); wide, FP8 or NVFP4 output. The device check (sm_90) is the launcher's."""
+    q / k / v all 16-bit of one type, or all FP8 (dequant scales allowed; either precision);
+    no mask; D of 64 or 128; Sq and Skv multiples of 128; q and k each addressable as one 2-D
+    TMA view (``rows_view``; so is a 16-bit v); wide, FP8 or NVFP4 output. An FP8 v is
+    copied by the launcher (upcast, or fast mode's V^T tiles). The device check (sm_90) is
+    the launcher's."""
     fp8 = torch.float8_e4m3fn
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.bfloat16, torch.float16, fp8):
-        return False
-    if q.dtype == fp8 and not (fp8_inputs and precision == "default"):  # fast: FP8 P·V
         return False
     if attn_mask is not None or out_kind not in (0, 1, 2):
         return False
@@ -97,8 +94,14 @@ def ws_eligible(
         return False
     if out_kind == 0 and out.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return False
-    # an FP8 v is upcast by the launcher, into a contiguous copy if its layout needs one
     return all(rows_view(t) is not None for t in ((q, k) if v.dtype == fp8 else (q, k, v)))
+
+
+def wgmma_key_order(s: int) -> int:
+    """Where fast mode's V^T tiles (``launch.fast_v_tiles``) store key ``s``: within each 16
+    keys, key ``8u + 2t + e`` goes to ``4t + 2u + e``, the order in which the Gluon kernel's
+    FP8 P operand holds its keys (``gluon_kernel._p_operand``)."""
+    return (s & ~15) | ((s & 6) << 1) | ((s >> 2) & 2) | (s & 1)
 
 
 # The Triton kernel's per-call choice is its tile shape (``TILE_KNOBS``: BLOCK_M / BLOCK_N and

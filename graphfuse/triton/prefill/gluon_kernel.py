@@ -1,5 +1,6 @@
 """Warp-specialised fused attention for prefill on Hopper (sm_90), written in Gluon: 16-bit
-q / k / v, and FP8 q / k / v in the default precision (FP8 ``Q K^T``, 16-bit P·V).
+q / k / v, and FP8 q / k / v (FP8 ``Q K^T``; 16-bit P·V in the default precision, FP8 P·V
+in fast mode).
 
 The plain Triton kernel (``triton_kernel.py``) ends every key tile in CTA-wide barriers, so its two
 warpgroups run their softmax at the same time while the tensor cores wait; on the H200 it
@@ -13,8 +14,9 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
   ``Q K^T``);
 - two consumer warpgroups, each owning 64 of the CTA's 128 query rows, run ``S = Q K^T``
   (wgmma from shared memory; FP8 operands on the FP8 tensor cores, both K-major), the online
-  softmax (exp2 with the softmax and dequant scales folded in, 16-bit P) and
-  ``O += P V`` (P from registers) with no barrier between them, so one's softmax runs under
+  softmax (exp2 with the softmax and dequant scales folded in; 16-bit P, or in fast mode
+  ``256 * P`` in e4m3 as the Triton kernel rounds it) and ``O += P V`` (P from
+  registers) with no barrier between them, so one's softmax runs under
   the other's GEMMs; the second starts after the first's first ``Q K^T`` (an offset that
   the tensor cores' arbitration then keeps);
 - within a consumer, FlashAttention-3's order: tile j's ``Q K^T`` and tile j-1's ``P V`` are
@@ -27,7 +29,11 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
 - each consumer writes its rows in the output format: a 16-bit or fp32 type, FP8
   (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite) or NVFP4 (packed codes and
   swizzled scale bytes), with the arithmetic of ``store_attention_acc``.
-  An FP8 V is upcast to fp16 once per call on the host side (exact).
+  In the default precision an FP8 V is upcast to fp16 once per call on the host side
+  (exact). In fast mode the FP8 wgmma wants V K-major: the launcher copies it once per call
+  to ``[B, H, D, S]`` tiles (``launch.fast_v_tiles``) whose keys are ordered so that each
+  thread's accumulator values of P are already its share of the FP8 A operand
+  (``_p_operand``): no shuffles, one conversion instruction per two values.
 
 The kernel is persistent: one program per SM (fewer when there are fewer row blocks) takes
 the 128-row blocks of every (batch, head) in turn, heaviest first and dealt in a snake order
@@ -63,19 +69,21 @@ MAXNREG = 168  # 3 warpgroups: 2 x 240 + 24 (rounded) <= 3 x 168
 def _producer(
     q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, q_empty, k_ready, v_ready, k_empty,
     v_empty, n_items, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, q_rb, q_rh, q_ch,
-    kv_rb, kv_rh, kv_ch,
+    k_rb, k_rh, k_ch, v_rb, v_rh, v_ch,
 ):  # fmt: skip
     # constexprs come from the buffers' types: scalars passed through warp_specialize arrive
     # as run-time values
     NSTAGE: gl.constexpr = k_bufs.type.shape[0]
     BN: gl.constexpr = k_bufs.type.shape[1]
+    FAST: gl.constexpr = v_bufs.dtype.primitive_bitwidth == 8  # V^T tiles [HD, BN]
     t = 0  # key tiles loaded so far: the ring's slot and phase run on across work items
     for it in range(n_items):
         b, h, hk, q_start, n_tiles = _item(
             it, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, BN
         )
         q_row = b * q_rb + h * q_rh + q_start
-        kv_row = b * kv_rb + hk * kv_rh
+        k_row = b * k_rb + hk * k_rh
+        v_row = b * v_rb + hk * v_rh
         mbarrier.wait(q_empty, (it & 1) ^ 1)  # both consumers' last Q K^T of the item before
         mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row, h * q_ch], q_bar, q_bufs.index(0))
@@ -86,13 +94,15 @@ def _producer(
             mbarrier.wait(k_empty.index(s), ph ^ 1)  # both consumers' Q K^T of tile t - NSTAGE
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(
-                k_desc, [kv_row + j * BN, hk * kv_ch], k_ready.index(s), k_bufs.index(s)
+                k_desc, [k_row + j * BN, hk * k_ch], k_ready.index(s), k_bufs.index(s)
             )
             mbarrier.wait(v_empty.index(s), ph ^ 1)  # both consumers' P V of tile t - NSTAGE
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                v_desc, [kv_row + j * BN, hk * kv_ch], v_ready.index(s), v_bufs.index(s)
-            )
+            if FAST:
+                v_at = [v_row, hk * v_ch + j * BN]
+            else:
+                v_at = [v_row + j * BN, hk * v_ch]
+            tma.async_copy_global_to_shared(v_desc, v_at, v_ready.index(s), v_bufs.index(s))
             t += 1
 
 
@@ -132,14 +142,20 @@ def _consume(
     NSTAGE: gl.constexpr = k_bufs.type.shape[0]
     BN: gl.constexpr = k_bufs.type.shape[1]
     HD: gl.constexpr = k_bufs.type.shape[2]
-    K_INSTR: gl.constexpr = 256 // q_bufs.dtype.primitive_bitwidth  # 16 (16-bit), 32 (FP8)
+    V_BITS: gl.constexpr = v_bufs.dtype.primitive_bitwidth  # 8: fast mode (FP8 P, V^T tiles)
+    # wgmma K per instruction: 16 (16-bit operands), 32 (FP8)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, K_INSTR]
-    )
+        version=[3, 0], warps_per_cta=[4, 1],
+        instr_shape=[16, BN, 256 // q_bufs.dtype.primitive_bitwidth],
+    )  # fmt: skip
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HD, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HD, 256 // V_BITS]
     )
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=o_layout, k_width=32 // V_BITS
+    )
+    # fast mode's P is 256 * P (e4m3 keeps small probabilities normal), as in triton_kernel.py
+    P_LOG2: gl.constexpr = 8.0 if V_BITS == 8 else 0.0
     row_l: gl.constexpr = gl.SliceLayout(1, s_layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, o_layout)
 
@@ -168,8 +184,8 @@ def _consume(
         mbarrier.wait(q_bar, it & 1)
         if n_tiles > 0:
             # FlashAttention-3's order: tile j's Q K^T and tile j-1's P V are issued back to
-            # back, tile j's softmax runs while P V is on the tensor cores; P (16-bit) is the
-            # value the loop carries, S lives inside one step
+            # back, tile j's softmax runs while P V is on the tensor cores; P (``_p_carried``)
+            # is the value the loop carries, S lives inside one step
             s = t % NSTAGE
             mbarrier.wait(k_ready.index(s), (t // NSTAGE) & 1)
             qk = warpgroup_mma(
@@ -182,9 +198,9 @@ def _consume(
                 if it == 0:
                     mbarrier.arrive(go_bar, count=1)
             p, alpha, m_i, l_i = _softmax_step(
-                qk, 0, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN
+                qk, 0, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN, P_LOG2
             )
-            p16 = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
+            p_c = _p_carried(p, v_bufs.dtype, p_layout)
             for j in range(1, n_tiles):
                 s = (t + j) % NSTAGE
                 sp = (t + j - 1) % NSTAGE
@@ -195,22 +211,23 @@ def _consume(
                 )  # fmt: skip
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
                 mbarrier.wait(v_ready.index(sp), ((t + j - 1) // NSTAGE) & 1)
-                acc = warpgroup_mma(p16, v_bufs.index(sp), acc, is_async=True)
+                acc = _pv_mma(p_c, v_bufs, sp, acc, p_layout)
                 qk = warpgroup_mma_wait(1, deps=(qk,))
                 mbarrier.arrive(k_empty.index(s), count=1)
                 if qk_scale == qk_scale:  # a block of its own (module docstring)
                     p, alpha, m_i, l_i = _softmax_step(
-                        qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN
-                    )
-                acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+                        qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off,
+                        BN, P_LOG2,
+                    )  # fmt: skip
+                acc = _wait_pv(acc, p_c)
                 mbarrier.arrive(v_empty.index(sp), count=1)
-                p16 = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
+                p_c = _p_carried(p, v_bufs.dtype, p_layout)
             mbarrier.arrive(q_empty, count=1)  # the producer may load the next item's Q
             t += n_tiles
             s = (t - 1) % NSTAGE
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
             mbarrier.wait(v_ready.index(s), ((t - 1) // NSTAGE) & 1)
-            acc = warpgroup_mma(p16, v_bufs.index(s), acc, is_async=True)
+            acc = _pv_mma(p_c, v_bufs, s, acc, p_layout)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(v_empty.index(s), count=1)
         else:  # no key tile at all (bottom-right causal, Sq > Skv)
@@ -242,11 +259,90 @@ def _consume(
 
 
 @gluon.jit
+def _p_operand(p, dt: gl.constexpr, p_layout: gl.constexpr):
+    """P (fp32, wgmma accumulator layout) as the A operand of ``P V`` in ``dt``.
+
+    16-bit: a layout conversion within each thread. FP8 (fast mode): the operand holds 4
+    consecutive keys of one row in a register where the accumulator holds 2 keys of 2 rows,
+    so the keys are reordered instead of the values moved: key ``8u + 2t + e`` of each 16
+    (thread ``t``'s columns) becomes ``4t + 2u + e`` (``config.wgmma_key_order``), and the
+    V^T tiles store their keys in that order (``launch.fast_v_tiles``). Each thread
+    converts its 8 values of a row pair and 4 keys into two registers of that order
+    (``_e4m3_regs``); the reshapes then only relabel what is already the operand layout."""
+    if dt.primitive_bitwidth == 8:
+        R: gl.constexpr = p.shape[0]
+        N: gl.constexpr = p.shape[1]
+        q = _e4m3_regs(p)  # row bit 8 and key bit 8 exchanged within each thread's 8 values
+        q = gl.reshape(q, [R // 16, 2, 8, N // 16, 2, 4, 2])  # rows (w, h, l), keys (a, u, t, e)
+        q = gl.permute(q, [0, 4, 2, 3, 5, 1, 6])  # exchange h and u back, then u after t
+        return gl.convert_layout(gl.reshape(q, [R, N]), p_layout)
+    else:
+        return gl.convert_layout(p.to(dt), p_layout)
+
+
+@gluon.jit
+def _e4m3_regs(p):
+    """e4m3 of fp32 ``p`` (accumulator layout: a thread's 8 consecutive values are rows
+    ``r, r + 8`` by columns ``c, c + 1, c + 8, c + 9`` in the order (c, r), (c+1, r),
+    (c, r+8), (c+1, r+8), then the same at c + 8), packed as rows: the first register holds
+    row r's 4 values, the second row r + 8's. The returned tensor's element (i, j) therefore
+    holds p's element with the row-8 and column-8 bits of (i, j) exchanged."""
+    return gl.inline_asm_elementwise(
+        """{ .reg .b16 a, b, c, d;
+        cvt.rn.satfinite.e4m3x2.f32 a, $3, $2;
+        cvt.rn.satfinite.e4m3x2.f32 b, $7, $6;
+        cvt.rn.satfinite.e4m3x2.f32 c, $5, $4;
+        cvt.rn.satfinite.e4m3x2.f32 d, $9, $8;
+        mov.b32 $0, {a, b};
+        mov.b32 $1, {c, d}; }""",
+        "=r,=r,f,f,f,f,f,f,f,f", [p], dtype=gl.float8e4nv, is_pure=True, pack=8,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _p_carried(p, dt: gl.constexpr, p_layout: gl.constexpr):
+    """What the key loop carries from a tile's softmax to its ``P V``: the 16-bit P operand,
+    or in fast mode P itself (fp32), converted by ``_pv_mma`` right before its wgmma (an
+    8-bit tensor carried through the loop is kept a byte a register, and spills)."""
+    if dt.primitive_bitwidth == 8:
+        return p
+    else:
+        return _p_operand(p, dt, p_layout)
+
+
+@gluon.jit
+def _pv_mma(p_c, v_bufs, s, acc, p_layout: gl.constexpr):
+    """Issues ``acc += P V`` (asynchronous) with ring slot ``s`` of V and ``_p_carried``'s P."""
+    if v_bufs.dtype.primitive_bitwidth == 8:
+        a = _p_operand(p_c, v_bufs.dtype, p_layout)
+        b = v_bufs.index(s).permute((1, 0))  # the [HD, BN] V^T tile, K-major
+    else:
+        a = p_c
+        b = v_bufs.index(s)
+    return warpgroup_mma(a, b, acc, is_async=True)
+
+
+@gluon.jit
+def _wait_pv(acc, p_c):
+    """Waits for the last ``P V`` (every wgmma of this warpgroup); returns the accumulator.
+    The 16-bit P operand is a dependency of the wait, so its registers stay untouched until
+    then. Fast mode's FP8 operand lives only between its conversion and its wgmma (Triton 3.6
+    passes no 8-bit registers through the wait); ptxas keeps an in-flight wgmma's operand
+    registers."""
+    if p_c.dtype.primitive_bitwidth == 32:
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+    else:
+        acc, p_c = warpgroup_mma_wait(0, deps=(acc, p_c))
+    return acc
+
+
+@gluon.jit
 def _softmax_step(
-    qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN: gl.constexpr
+    qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN: gl.constexpr,
+    P_LOG2: gl.constexpr,
 ):  # fmt: skip
-    """Online softmax of key tile ``j``'s scores: P (fp32), the rescale factor of the
-    accumulator, the new running max and sum."""
+    """Online softmax of key tile ``j``'s scores: P times ``2**P_LOG2`` (fp32), the rescale
+    factor of the accumulator, the new running max and sum (of the scaled P)."""
     if causal != 0:
         if (j + 1) * BN - 1 > first_row + causal_off:  # a key past this consumer's 1st row
             keep = gl.expand_dims(rows + causal_off, 1) >= gl.expand_dims(j * BN + cols, 0)
@@ -254,7 +350,10 @@ def _softmax_step(
     m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
     alpha = gl.exp2(m_i - m_use)
-    p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use, 1))
+    if P_LOG2 != 0.0:
+        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use - P_LOG2, 1))
+    else:
+        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
 
@@ -314,7 +413,7 @@ def _store_nvfp4(acc, row_scale, out_ptr, g_ptr, sf_ptr, nv_row, nms, nv_col, nv
 @gluon.jit
 def ws_attention_kernel(
     q_desc, k_desc, v_desc, out_ptr, osc_ptr, qs_ptr, ks_ptr, vs_ptr, scale_bits,
-    H, G, SQ, SKV, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, sob, soh, sos,
+    H, G, SQ, SKV, q_rb, q_rh, q_ch, k_rb, k_rh, k_ch, v_rb, v_rh, v_ch, sob, soh, sos,
     qk_scale, causal, causal_off, sf_ptr, nmb, nmh, nms, nch, nv_k, nv_kbpad, n_work,
 ):  # fmt: skip
     """Persistent: a grid of ``min(n_work, SMs)`` programs, each taking the ``n_work =
@@ -337,7 +436,9 @@ def ws_attention_kernel(
 
     q_bufs = gl.allocate_shared_memory(dt, [2, 64, HD], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dt, [NSTAGE, BN, HD], k_desc.layout)
-    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NSTAGE, BN, HD], v_desc.layout)
+    v_bufs = gl.allocate_shared_memory(
+        v_desc.dtype, [NSTAGE] + v_desc.block_type.shape, v_desc.layout
+    )
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     go_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -363,7 +464,7 @@ def ws_attention_kernel(
     pargs = (
         q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, q_empty, k_ready, v_ready, k_empty,
         v_empty, n_items, pid, nprog, BH, H, G, SKV, n_m, causal, causal_off, q_rb, q_rh, q_ch,
-        kv_rb, kv_rh, kv_ch,
+        k_rb, k_rh, k_ch, v_rb, v_rh, v_ch,
     )  # fmt: skip
     # the consumer index travels as a constexpr (it picks the Q buffer, the row block and the
     # side of the start offset)

@@ -1,7 +1,7 @@
 """Launchers of the prefill kernels: ``attention_into`` applies the rule of
 ``prefill/__init__.py`` (``uses_gluon``) and launches the Gluon kernel
 (``gluon_attention_into``) or the Triton kernel (``triton_attention_into``); ``k_major``
-is fast mode's per-call K-major copy of an FP8 V."""
+and ``fast_v_tiles`` are fast mode's per-call K-major copies of an FP8 V for either."""
 
 from __future__ import annotations
 
@@ -45,9 +45,7 @@ def uses_gluon(q, k, v, attn_mask, out, out_kind: int, precision: str, ws: bool 
     """The rule: the warp-specialised Gluon kernel serves the calls ``ws_eligible`` accepts
     on an sm_90 device with Gluon (unless ``ws`` is False); the Triton kernel all others."""
     return (
-        ws
-        and ws_eligible(q, k, v, attn_mask, out, out_kind, precision, True)
-        and _gluon_hopper(q.device)
+        ws and ws_eligible(q, k, v, attn_mask, out, out_kind, precision) and _gluon_hopper(q.device)
     )
 
 
@@ -71,7 +69,8 @@ def attention_into(
     args = (q, k, v, q_scale, k_scale, v_scale)
     cfg = dict(config or {})
     if uses_gluon(q, k, v, attn_mask, out, out_kind, precision, cfg.pop("WS", True)):
-        gluon_attention_into(*args, causal, scale, layout, out, out_kind, out_scale, sf)
+        fast = dot_dtypes(q, k, v, precision)[2]
+        gluon_attention_into(*args, causal, scale, layout, out, out_kind, out_scale, sf, fast)
     else:
         triton_attention_into(
             *args, attn_mask, causal, scale, layout, precision, out, out_kind, out_scale, sf, cfg
@@ -124,28 +123,29 @@ def triton_attention_into(
 
 
 def gluon_attention_into(
-    q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale, sf=None
-) -> None:
+    q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, out, out_kind, out_scale, sf=None,
+    fast: bool = False,
+) -> None:  # fmt: skip
     """Launches the warp-specialised kernel (``gluon_kernel.py``; the call must be
-    ``ws_eligible``). FP8 v is upcast to fp16 first (exact; P·V multiplies 16-bit P and V,
-    the default precision)."""
+    ``ws_eligible``). An FP8 v is upcast to fp16 first (exact; P·V multiplies 16-bit P and
+    V, the default precision), or with ``fast`` copied to ``fast_v_tiles`` (FP8 P·V)."""
     from .gluon_kernel import MAXNREG, ws_attention_kernel
 
     b, h, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
-    if v.dtype == FP8:
-        v = v.to(torch.float16)  # keeps v's strides; a K-major V becomes contiguous rows
+    qv, q_rb, q_rh, q_ch = rows_view(q)
+    kv, k_rb, k_rh, k_ch = rows_view(k)
+    if fast:
+        vv = fast_v_tiles(v).view(b * hkv * d, skv)  # V^T rows (b, h, d)
+        v_rb, v_rh, v_ch = hkv * d, d, 0
+        v_desc = _descriptor(vv, d, WS_BLOCK_N)
+    else:
+        if v.dtype == FP8:
+            v = v.to(torch.float16)  # keeps v's strides; a K-major V becomes contiguous rows
         if rows_view(v) is None:
             v = v.contiguous()
-    qv, q_rb, q_rh, q_ch = rows_view(q)
-    kv, kv_rb, kv_rh, kv_ch = rows_view(k)
-    vv, v_rb, v_rh, v_ch = rows_view(v)
-    if (v_rb, v_rh, v_ch) != (kv_rb, kv_rh, kv_ch):  # one set of K / V coordinates
-        v = v.contiguous()
         vv, v_rb, v_rh, v_ch = rows_view(v)
-        if (v_rb, v_rh, v_ch) != (kv_rb, kv_rh, kv_ch):
-            k = k.contiguous()
-            kv, kv_rb, kv_rh, kv_ch = rows_view(k)
+        v_desc = _descriptor(vv, WS_BLOCK_N, d)
     nv_k, nv_kbpad = _nvfp4_out(out, sf, out_kind, d)
     if out_kind == 2:
         out = out.view(torch.uint8)
@@ -157,23 +157,23 @@ def gluon_attention_into(
     qs, ks, vs = (t if t is not None else osc for t in scales)
     n_work = b * h * (sq // WS_BLOCK_M)
     ws_attention_kernel[(min(n_work, sm_count(q.device)),)](
-        _descriptor(qv, 64, d), _descriptor(kv, WS_BLOCK_N, d), _descriptor(vv, WS_BLOCK_N, d),
-        out, osc, qs, ks, vs, bits, h, h // hkv, sq, skv,
-        q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch, *out_strides(layout, b, h, sq, d),
+        _descriptor(qv, 64, d), _descriptor(kv, WS_BLOCK_N, d), v_desc,
+        out, osc, qs, ks, vs, bits, h, h // hkv, sq, skv, q_rb, q_rh, q_ch, k_rb, k_rh, k_ch,
+        v_rb, v_rh, v_ch, *out_strides(layout, b, h, sq, d),
         sm_scale * 1.4426950408889634, int(causal != "none"), causal_off,
         sf.view(torch.uint8) if sf is not None else out, *nvfp4_row_strides(layout, h, sq, d),
         nv_k, nv_kbpad, n_work, num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
 
 
-def _descriptor(view: torch.Tensor, rows: int, d: int):
-    """A TMA descriptor of ``[rows, d]`` boxes over a 2-D row view (128-byte swizzle)."""
+def _descriptor(view: torch.Tensor, rows: int, cols: int):
+    """A TMA descriptor of ``[rows, cols]`` boxes over a 2-D row view (128-byte swizzle)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, FP8: gl.float8e4nv}
-    layout = gl.NVMMASharedLayout.get_default_for([rows, d], dtype[view.dtype])
-    return TensorDescriptor(view, list(view.shape), list(view.stride()), [rows, d], layout)
+    layout = gl.NVMMASharedLayout.get_default_for([rows, cols], dtype[view.dtype])
+    return TensorDescriptor(view, list(view.shape), list(view.stride()), [rows, cols], layout)
 
 
 def k_major(v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -197,5 +197,26 @@ def k_major(v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     if out.numel():
         x8, y8 = v.view(torch.uint8), out.view(torch.uint8)
         grid = (triton.cdiv(s, 64), triton.cdiv(d, 64), b * h)
-        transpose_bytes[grid](x8, y8, h, s, d, v.stride(0), v.stride(1), v.stride(2), 64, 64)
+        transpose_bytes[grid](x8, y8, h, s, d, *v.stride(), 64, 64, WGMMA_KEYS=False)
     return out.transpose(-1, -2)
+
+
+def fast_v_tiles(v: torch.Tensor) -> torch.Tensor:
+    """Fast mode's V for the Gluon kernel: ``v`` (``[B, H, S, D]`` FP8 of any strides, S a
+    multiple of 16) as a contiguous ``[B, H, D, S]`` tensor whose key ``s`` sits at position
+    ``config.wgmma_key_order(s)``: the K-major tiles FP8 wgmma reads for ``P V``, keys in the
+    order of the kernel's FP8 P operand. One byte transpose (``transpose_bytes``);
+    stream-ordered, capturable."""
+    b, h, s, d = v.shape
+    if v.dtype != FP8 or s % 16:
+        raise ValueError(
+            f"fast_v_tiles needs float8_e4m3fn with S a multiple of 16, got {v.dtype}, S={s}"
+        )
+    out = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
+    if out.numel():
+        grid = (triton.cdiv(s, 64), triton.cdiv(d, 64), b * h)
+        transpose_bytes[grid](
+            v.view(torch.uint8), out.view(torch.uint8), h, s, d, *v.stride(), 64, 64,
+            WGMMA_KEYS=True,
+        )  # fmt: skip
+    return out

@@ -1,6 +1,6 @@
 """The plain Triton prefill kernel (``attention_kernel``; any Sq, every op argument), the
 fallback of the warp-specialised Gluon kernel (``gluon_kernel.py``; the rule is in
-``prefill/__init__.py``), and the byte transpose behind fast mode's K-major V copy.
+``prefill/__init__.py``), and the byte transpose behind fast mode's K-major V copies.
 
 One program computes ``BLOCK_M`` query rows of one (batch, q head) with an online softmax
 over ``BLOCK_N``-key tiles (FlashAttention-2 order, rescaling on every key tile, exp2 with the
@@ -152,14 +152,24 @@ def attention_kernel(
 
 
 @triton.jit
-def transpose_bytes(X, Y, H, S, D, sxb, sxh, sxs, BS: tl.constexpr, BD: tl.constexpr):
-    """``Y[b, h, d, s] = X[b, h, s, d]`` (bytes; Y contiguous ``[B, H, D, S]``)."""
+def transpose_bytes(
+    X, Y, H, S, D, sxb, sxh, sxs, sxd, BS: tl.constexpr, BD: tl.constexpr,
+    WGMMA_KEYS: tl.constexpr,
+):  # fmt: skip
+    """``Y[b, h, d, s'] = X[b, h, s, d]`` (bytes, X of any strides; Y contiguous ``[B, H, D,
+    S]``): ``s' = s``, or with ``WGMMA_KEYS`` the position ``config.wgmma_key_order`` gives
+    key ``s`` (the Gluon kernel's fast-mode V^T; S a multiple of 16). The reorder is a
+    gather of source rows, so the stores stay contiguous."""
     bh = tl.program_id(2).to(tl.int64)
     b = bh // H
     h = bh % H
     offs_s = tl.program_id(0) * BS + tl.arange(0, BS)
     offs_d = tl.program_id(1) * BD + tl.arange(0, BD)
+    if WGMMA_KEYS:  # position 4t + 2u + e holds key 8u + 2t + e of its 16
+        src = (offs_s & ~15) | ((offs_s & 12) >> 1) | ((offs_s & 2) << 2) | (offs_s & 1)
+    else:
+        src = offs_s
     m = (offs_s[:, None] < S) & (offs_d[None, :] < D)
-    tile = tl.load(X + b * sxb + h * sxh + offs_s[:, None] * sxs + offs_d[None, :], mask=m)
+    tile = tl.load(X + b * sxb + h * sxh + src[:, None] * sxs + offs_d[None, :] * sxd, mask=m)
     out = Y + bh * D * S + offs_d[:, None] * S + offs_s[None, :]
     tl.store(out, tl.trans(tile), mask=tl.trans(m))
