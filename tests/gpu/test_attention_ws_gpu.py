@@ -85,8 +85,25 @@ def _cases(n: int, seed: int):
         )
 
 
+def _nvfp4_out(args: tuple, c: dict, wide: torch.Tensor) -> tuple:
+    """The NVFP4 output of ``attention_run(*args)`` written into poisoned buffers (global
+    scale from ``wide``'s amax), and the reference's: (packed, scales, ref packed, ref
+    scales, global scale)."""
+    from graphfuse.ops._attention_args import nvfp4_rows_cols
+    from graphfuse.triton.ops import attention_run as run
+
+    m, kk = nvfp4_rows_cols(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
+    g = torch.tensor([448 * 6 / wide.abs().max().item()], device="cuda")
+    pk = torch.full((m, kk // 2), 0xA5, dtype=torch.uint8, device="cuda")
+    sf_shape = ((m + 127) // 128 * 128, (kk // 16 + 3) // 4 * 4)
+    sf = torch.full(sf_shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
+    run(*args, pk, 2, g, sf)
+    rp, rs = nvfp4_quant_ref(wide.reshape(m, kk), g, swizzle=True)
+    return pk, sf, rp, rs, g
+
+
 def _run_case(c: dict, ws_calls: list) -> None:
-    from graphfuse.ops._attention_args import nvfp4_rows_cols, out_shape
+    from graphfuse.ops._attention_args import out_shape
     from graphfuse.triton.ops import attention_run as run
 
     q, k, v, qs, ks, vs = _inputs(c)
@@ -106,13 +123,7 @@ def _run_case(c: dict, ws_calls: list) -> None:
     assert_fp8_close(o8, fp8_static_quant_ref(wide, s_o), wide, s_o, min_equal=0.90)
     op8 = torch.ops.graphfuse.attention_fp8(*args, s_o)  # the op reaches the same kernel
     assert torch.equal(op8.view(torch.uint8), o8.view(torch.uint8))
-    m, kk = nvfp4_rows_cols(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
-    g = torch.tensor([448 * 6 / amax], device="cuda")
-    pk = torch.full((m, kk // 2), 0xA5, dtype=torch.uint8, device="cuda")
-    sf_shape = ((m + 127) // 128 * 128, (kk // 16 + 3) // 4 * 4)
-    sf = torch.full(sf_shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
-    run(*args, pk, 2, g, sf)
-    rp, rs = nvfp4_quant_ref(wide.reshape(m, kk), g, swizzle=True)
+    pk, sf, rp, rs, g = _nvfp4_out(args, c, wide)
     assert_nvfp4_close(pk, sf, rp, rs, wide, g, min_equal=0.9, rmse_factor=1.1)
     assert len(ws_calls) == n0 + 4, c
     if c["dtype"] == FP8:  # with WS off, FP8 inputs go to the Triton kernel
@@ -159,12 +170,17 @@ def test_ws_and_triton_kernel_agree(ws_calls: list) -> None:
     assert (a.float() - b.float()).abs().max().item() < 2e-2 * b.float().abs().max().item()
 
 
-def test_ws_cuda_graph(ws_calls: list) -> None:
+@pytest.mark.parametrize("precision", ["default", "fast"])
+def test_ws_cuda_graph(precision: str, ws_calls: list) -> None:
+    """A capture of the Gluon kernel's call (with fast mode's V^T tile copy) replays to the
+    bytes of the eager call, over a poisoned output."""
     from graphfuse.triton.ops import attention_run as run
 
     c = dict(b=1, hq=8, hkv=2, sq=256, skv=256, d=128, dtype=torch.bfloat16, mem="bhsd", seed=3)
-    q, k, v, _, _, _ = _inputs(c)
-    args = (q, k, v, None, None, None, None, "top_left", None, "bhsd", "default")
+    if precision == "fast":
+        c.update(dtype=FP8, mem="bshd", seed=9)
+    q, k, v, qs, ks, vs = _inputs(c)
+    args = (q, k, v, qs, ks, vs, None, "top_left", None, "bhsd", precision)
     s_o = torch.tensor([0.01], device="cuda")
     out = torch.empty(q.shape, dtype=FP8, device="cuda")
     run(*args, out, 1, s_o)  # compile outside the capture
@@ -205,7 +221,7 @@ def _run_fast_case(c: dict, ws_calls: list) -> None:
     format floor's figures within 5% / 3 points where the floor itself misses a rule), and
     the 16-bit output close to the Triton kernel's fast mode (the same e4m3 P, another
     summation order)."""
-    from graphfuse.ops._attention_args import nvfp4_rows_cols, out_shape
+    from graphfuse.ops._attention_args import out_shape
     from graphfuse.triton.ops import attention_run as run
 
     q, k, v, qs, ks, vs = _inputs(c)
@@ -232,13 +248,7 @@ def _run_fast_case(c: dict, ws_calls: list) -> None:
     ref8 = fp8_static_quant_ref(wide, s_o)
     fl = fp8_stats(fp8_static_quant_ref(floor, s_o), ref8, wide, s_o.item())
     check_fp8(o8, ref8, wide, s_o.item(), fast=True, floor=fl)
-    m, kk = nvfp4_rows_cols(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
-    g = torch.tensor([448 * 6 / amax], device="cuda")
-    pk = torch.full((m, kk // 2), 0xA5, dtype=torch.uint8, device="cuda")
-    sf_shape = ((m + 127) // 128 * 128, (kk // 16 + 3) // 4 * 4)
-    sf = torch.full(sf_shape, 0xFF, dtype=torch.uint8, device="cuda").view(FP8)
-    run(*args, pk, 2, g, sf)
-    rp, rs = nvfp4_quant_ref(wide.reshape(m, kk), g, swizzle=True)
+    pk, sf, rp, rs, g = _nvfp4_out(args, c, wide)
     assert_nvfp4_close(
         pk, sf, rp, rs, wide, g, min_equal=0.6, rmse_factor=1.4, max_scale_step=None
     )  # fmt: skip
@@ -273,24 +283,3 @@ def test_fast_v_tiles_key_order() -> None:
         want = torch.empty_like(got)
         want[..., pos] = v.transpose(-1, -2)
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), mem
-
-
-def test_ws_fast_mode_cuda_graph(ws_calls: list) -> None:
-    from graphfuse.triton.ops import attention_run as run
-
-    c = dict(b=1, hq=8, hkv=2, sq=256, skv=256, d=128, dtype=FP8, mem="bshd", seed=9)
-    q, k, v, qs, ks, vs = _inputs(c)
-    args = (q, k, v, qs, ks, vs, None, "top_left", None, "bhsd", "fast")
-    s_o = torch.tensor([0.01], device="cuda")
-    out = torch.empty(q.shape, dtype=FP8, device="cuda")
-    run(*args, out, 1, s_o)  # compile outside the capture
-    torch.cuda.synchronize()
-    expect = out.clone()
-    out.view(torch.uint8).fill_(0xFF)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        run(*args, out, 1, s_o)
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out.view(torch.uint8), expect.view(torch.uint8))
-    assert len(ws_calls) == 2
