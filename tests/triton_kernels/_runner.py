@@ -10,12 +10,21 @@ import argparse
 import importlib
 import json
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_seed() -> int:
+    """This run's seed for the interpreted cases (one seed a run, so each CI run draws other
+    cases): ``GRAPHFUSE_INTERPRET_SEED`` where set, else a fresh one; it is in the test's
+    id and in a failing run's message, so ``GRAPHFUSE_INTERPRET_SEED=N`` repeats it."""
+    env = os.environ.get("GRAPHFUSE_INTERPRET_SEED")
+    return int(env) if env else random.SystemRandom().randrange(10**6)
 
 
 def interpret(module: str, *args: str, timeout: int = 1800) -> list[dict]:
@@ -26,7 +35,7 @@ def interpret(module: str, *args: str, timeout: int = 1800) -> list[dict]:
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     bad = [r for r in records if r.get("error")]
-    assert proc.returncode == 0 and not bad and records, (proc.stderr[-4000:], bad)
+    assert proc.returncode == 0 and not bad and records, (module, args, proc.stderr[-4000:], bad)
     return records
 
 

@@ -9,12 +9,12 @@ import pytest
 
 pytest.importorskip("triton")
 
-from ._runner import interpret  # noqa: E402
+from ._runner import interpret, run_seed  # noqa: E402
 
-N = 10  # cases per op family and seed
+N = 10  # cases per op family
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [run_seed()])
 def test_norm_act_kernels_interpreted(seed: int) -> None:
     records = interpret("tests.triton_kernels._norm_act_cases", "--device", "cpu", "--small",
                         "--n", str(N), "--seed", str(seed), timeout=900)  # fmt: skip

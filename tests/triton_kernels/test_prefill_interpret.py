@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("triton")
 
-from ._runner import interpret  # noqa: E402
+from ._runner import interpret, run_seed  # noqa: E402
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [run_seed()])
 def test_prefill_attention_interpreted(seed: int) -> None:
     records = interpret("tests.triton_kernels._prefill_cases", "--seed", str(seed), "--n", "4")
     assert records[-1]["summary"]["cases"] == 4
