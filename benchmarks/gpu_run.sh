@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The GPU checks and tables in one command, for one call on a lent machine (each stage within
+# its own time limit; logs and JSON under $OUT, default ./gpu_out):
+#
+#   bash benchmarks/gpu_run.sh checks          # build the extension, tests/gpu, memcheck
+#   bash benchmarks/gpu_run.sh table [KIT]     # FlashInfer from KIT (a copy of its wheel kit:
+#                                              # fi_stripped.tar.xz + wheels/), warmed, then
+#                                              # attention_gpu and norm_act_quant_gpu
+#   bash benchmarks/gpu_run.sh fast            # fast-mode numerics and time split
+#
+# Stages can be combined: `bash benchmarks/gpu_run.sh checks fast`. Without KIT (or with a
+# FlashInfer that does not import) the attention table has no FlashInfer columns.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+for stage in "$@"; do
+    case "$stage" in
+        checks | table | fast) ;;
+        *) [ -d "$stage" ] || { echo "gpu_run: unknown stage '$stage' (checks, table [KIT], fast)"; exit 2; } ;;
+    esac
+done
+[ $# -gt 0 ] || { sed -n 2,13p "$0"; exit 2; }
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+T0=$(date +%s)
+say() { echo "[gpu_run $(( $(date +%s) - T0 )) s] $*"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || exit 1
+
+checks() {
+    timeout 300 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1
+    say "extension build rc=$?"
+    timeout 400 python3 -m pytest -q -n 8 -p no:cacheprovider tests/gpu > "$OUT/tests_gpu.log" 2>&1
+    say "tests/gpu rc=$?: $(tail -1 "$OUT/tests_gpu.log")"
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck \
+        python3 tests/gpu/sanitize_kernels.py > "$OUT/memcheck.log" 2>&1
+    say "memcheck rc=$?: $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
+}
+
+table() {
+    local kit=${1:-}
+    if [ -n "$kit" ]; then
+        local site=/tmp/flashinfer_site
+        mkdir -p "$site"
+        tar -xJf "$kit/fi_stripped.tar.xz" -C "$site" && python3 -m pip install -q --no-index \
+            --no-deps --no-compile --no-cache-dir --target "$site" "$kit"/wheels/*.whl
+        export PYTHONPATH=$PYTHONPATH:$site CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+        export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer_ws
+        timeout 420 python3 -m benchmarks.flashinfer_peer warm
+        say "FlashInfer warm rc=$?"
+    fi
+    timeout 400 python3 -m benchmarks.attention_gpu --json "$OUT/attention_gpu.json" 2>&1 |
+        grep -v Warning | tail -25
+    say "attention table done"
+    timeout 200 python3 -m benchmarks.norm_act_quant_gpu --json "$OUT/norm_act_quant_gpu.json" \
+        2>&1 | tail -40
+    say "norm / act table done"
+}
+
+fast() {
+    timeout 200 python3 -m benchmarks.fast_mode_numerics 2>&1 | tee "$OUT/fast_numerics.log"
+    timeout 120 python3 -m benchmarks.fast_mode_split 2>&1 | tee "$OUT/fast_split.log"
+    say "fast mode done"
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        checks) checks ;;
+        fast) fast ;;
+        table) if [ -n "${2:-}" ] && [ -d "$2" ]; then table "$2"; shift; else table; fi ;;
+    esac
+    shift
+done
