@@ -44,6 +44,7 @@ table() {
         tar -xJf "$kit/fi_stripped.tar.xz" -C "$site" && python3 -m pip install -q --no-index \
             --no-deps --no-compile --no-cache-dir --target "$site" "$kit"/wheels/*.whl
         export PYTHONPATH=$PYTHONPATH:$site CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+        export PATH=$CUDA_HOME/bin:$PATH
         export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer_ws
         timeout 420 python3 -m benchmarks.flashinfer_peer warm
         say "FlashInfer warm rc=$?"
