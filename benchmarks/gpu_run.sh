@@ -19,7 +19,7 @@ for stage in "$@"; do
         *) [ -d "$stage" ] || { echo "gpu_run: unknown stage '$stage' (checks, table [KIT], fast)"; exit 2; } ;;
     esac
 done
-[ $# -gt 0 ] || { sed -n 2,14p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,13p "$0"; exit 2; }
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
