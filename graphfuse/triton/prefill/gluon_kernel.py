@@ -350,10 +350,7 @@ def _softmax_step(
     m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
     alpha = gl.exp2(m_i - m_use)
-    if P_LOG2 != 0.0:
-        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use - P_LOG2, 1))
-    else:
-        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use, 1))
+    p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use - P_LOG2, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
 
