@@ -160,24 +160,30 @@ def normed(v, r, w, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr, WEIGHT_FIRST: t
     return z
 
 
+def _packed_products_asm(t: str) -> tl.constexpr:
+    """``_packed_products``' PTX for the 16-bit type ``t`` (``bf16`` or ``f16``)."""
+    return tl.constexpr(
+        f"{{.reg .b32 p, z; cvt.rn.{t}x2.f32 p, $2, $1; mov.b32 z, 0x80008000;"
+        f" fma.rn.{t}x2 $0, p, $3, z;}}"
+    )
+
+
+_PACKED_BF16 = _packed_products_asm("bf16")
+_PACKED_F16 = _packed_products_asm("f16")
+
+
 @triton.jit
 def _packed_products(ae, ao, w, DT: tl.constexpr):
     """The word of 16-bit ``DT`` pairs ``DT(ae) * w_even`` (low half) and ``DT(ao) * w_odd``
     (high half) of fp32 ``ae`` / ``ao`` and the ``split_pairs`` words ``w``: ``cvt.rn`` rounds
     the two values into one word and one ``fma.rn`` with a ``-0`` addend (``mul.rn.bf16x2``
-    needs sm_90; this runs from sm_80, and ``-0`` keeps the sign of a zero product)
+    needs sm_90; the kernels run from sm_89, and ``-0`` keeps the sign of a zero product)
     multiplies it by ``w``, each product rounded once to DT: ``(DT(a) * w).to(DT)`` of a
     word's two values."""
     if DT == tl.bfloat16:
-        asm: tl.constexpr = (
-            "{.reg .b32 p, z; cvt.rn.bf16x2.f32 p, $2, $1; mov.b32 z, 0x80008000;"
-            " fma.rn.bf16x2 $0, p, $3, z;}"
-        )
+        asm: tl.constexpr = _PACKED_BF16
     else:
-        asm: tl.constexpr = (
-            "{.reg .b32 p, z; cvt.rn.f16x2.f32 p, $2, $1; mov.b32 z, 0x80008000;"
-            " fma.rn.f16x2 $0, p, $3, z;}"
-        )
+        asm: tl.constexpr = _PACKED_F16
     return tl.inline_asm_elementwise(
         asm, "=r,f,f,r", [ae, ao, w], dtype=tl.int32, is_pure=True, pack=1
     )
