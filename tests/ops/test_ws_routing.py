@@ -55,12 +55,12 @@ def test_rows_view_refuses_what_tma_cannot_read() -> None:
     assert rows_view(off) is None
 
 
-def _args(q, k=None, v=None, attn_mask=None, out_kind=1, precision="default"):
+def _args(q, k=None, v=None, attn_mask=None, out_kind=1):
     k = q if k is None else k
     v = k if v is None else v
     wide = q.dtype if q.dtype != FP8 else torch.float16
     out = torch.empty(q.shape, dtype={0: wide, 1: FP8, 2: torch.uint8}[out_kind])
-    return (q, k, v, attn_mask, out, out_kind, precision)
+    return (q, k, v, attn_mask, out, out_kind)
 
 
 def test_ws_eligible_accepts_16bit_and_fp8_prefill() -> None:
@@ -72,10 +72,9 @@ def test_ws_eligible_accepts_16bit_and_fp8_prefill() -> None:
         assert ws_eligible(*_args(q, k, out_kind=2))  # NVFP4
     q8 = _bhsd(1, 4, 256, 128).to(FP8)
     v_kmajor = q8.transpose(-1, -2).contiguous().transpose(-1, -2)  # keys contiguous
-    assert ws_eligible(*_args(q8, q8, v_kmajor))  # the launcher upcasts V into rows
-    # fast mode (FP8 P·V): the launcher copies V to K-major tiles (fast_v_tiles)
-    assert ws_eligible(*_args(q8, q8, v_kmajor, precision="fast"))
-    assert ws_eligible(*_args(q8, precision="fast", out_kind=2))
+    # the launcher upcasts V into rows, or in fast mode (FP8 P·V) copies it to K-major tiles
+    # (fast_v_tiles): the rule is the same for both precisions
+    assert ws_eligible(*_args(q8, q8, v_kmajor))
 
 
 def test_wgmma_key_order_is_a_permutation_of_each_16_keys() -> None:
@@ -112,6 +111,6 @@ def test_ws_eligible_refuses(case: str) -> None:
     elif case == "mixed":
         args = _args(q, q.half())
     elif case == "out8_as_wide":  # a wide output must be a 16/32-bit float tensor
-        q_, k_, v_, m_, out8, _, prec = _args(q)
-        args = (q_, k_, v_, m_, out8, 0, prec)
+        q_, k_, v_, m_, out8, _ = _args(q)
+        args = (q_, k_, v_, m_, out8, 0)
     assert not ws_eligible(*args)

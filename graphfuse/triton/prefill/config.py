@@ -76,7 +76,7 @@ def rows_view(x: torch.Tensor):
     return x.as_strided((rows, width), (ss, 1)), sb // ss, rh, ch
 
 
-def ws_eligible(q, k, v, attn_mask, out, out_kind: int, precision: str) -> bool:
+def ws_eligible(q, k, v, attn_mask, out, out_kind: int) -> bool:
     """Whether the warp-specialised Hopper kernel (``gluon_kernel.py``) serves this call:
     q / k / v all 16-bit of one type, or all FP8 (dequant scales allowed; either precision);
     no mask; D of 64 or 128; Sq and Skv multiples of 128; q and k each addressable as one 2-D

@@ -41,12 +41,10 @@ def _gluon_hopper(device: torch.device) -> bool:
     return True
 
 
-def uses_gluon(q, k, v, attn_mask, out, out_kind: int, precision: str, ws: bool = True) -> bool:
+def uses_gluon(q, k, v, attn_mask, out, out_kind: int, ws: bool = True) -> bool:
     """The rule: the warp-specialised Gluon kernel serves the calls ``ws_eligible`` accepts
     on an sm_90 device with Gluon (unless ``ws`` is False); the Triton kernel all others."""
-    return (
-        ws and ws_eligible(q, k, v, attn_mask, out, out_kind, precision) and _gluon_hopper(q.device)
-    )
+    return ws and ws_eligible(q, k, v, attn_mask, out, out_kind) and _gluon_hopper(q.device)
 
 
 def attention_into(
@@ -68,7 +66,7 @@ def attention_into(
         return
     args = (q, k, v, q_scale, k_scale, v_scale)
     cfg = dict(config or {})
-    if uses_gluon(q, k, v, attn_mask, out, out_kind, precision, cfg.pop("WS", True)):
+    if uses_gluon(q, k, v, attn_mask, out, out_kind, cfg.pop("WS", True)):
         fast = dot_dtypes(q, k, v, precision)[2]
         gluon_attention_into(*args, causal, scale, layout, out, out_kind, out_scale, sf, fast)
     else:
