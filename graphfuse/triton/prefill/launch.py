@@ -174,47 +174,46 @@ def _descriptor(view: torch.Tensor, rows: int, cols: int):
     return TensorDescriptor(view, list(view.shape), list(view.stride()), [rows, cols], layout)
 
 
+def _transposed(v: torch.Tensor, out: torch.Tensor | None, wgmma_keys: bool, name: str):
+    """``transpose_bytes`` of ``v`` (``[B, H, S, D]``) into ``out`` (a contiguous ``[B, H, D,
+    S]`` tensor of v's dtype) or a fresh one; returns it."""
+    b, h, s, d = v.shape
+    if out is None:
+        out = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
+    elif out.shape != (b, h, d, s) or out.dtype != v.dtype or not out.is_contiguous():
+        raise ValueError(
+            f"{name}: out must be a contiguous {(b, h, d, s)} {v.dtype} tensor, got "
+            f"{tuple(out.shape)} {out.dtype}"
+        )
+    if out.numel():
+        x8, y8 = v.view(torch.uint8), out.view(torch.uint8)
+        grid = (triton.cdiv(s, 64), triton.cdiv(d, 64), b * h)
+        transpose_bytes[grid](x8, y8, h, s, d, *v.stride(), 64, 64, WGMMA_KEYS=wgmma_keys)
+    return out
+
+
 def k_major(v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``v`` (``[B, H, S, D]``, one-byte elements, D contiguous) as a view of the same shape
     whose memory is ``[B, H, D, S]`` contiguous: a tiled Triton transpose of the raw bytes
     (coalesced on both sides; PyTorch's ``contiguous()`` of the transposed view ran at
     ~0.3 TB/s on the H200) into ``out`` (a contiguous ``[B, H, D, S]`` tensor of v's dtype)
     or a fresh one; stream-ordered, capturable."""
-    b, h, s, d = v.shape
     if v.element_size() != 1 or v.stride(3) != 1:
         raise ValueError(
             f"k_major needs one-byte elements with D contiguous, got {v.dtype}, {v.stride()}"
         )
-    if out is None:
-        out = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
-    elif out.shape != (b, h, d, s) or out.dtype != v.dtype or not out.is_contiguous():
-        raise ValueError(
-            f"k_major: out must be a contiguous {(b, h, d, s)} {v.dtype} tensor, got "
-            f"{tuple(out.shape)} {out.dtype}"
-        )
-    if out.numel():
-        x8, y8 = v.view(torch.uint8), out.view(torch.uint8)
-        grid = (triton.cdiv(s, 64), triton.cdiv(d, 64), b * h)
-        transpose_bytes[grid](x8, y8, h, s, d, *v.stride(), 64, 64, WGMMA_KEYS=False)
-    return out.transpose(-1, -2)
+    return _transposed(v, out, False, "k_major").transpose(-1, -2)
 
 
-def fast_v_tiles(v: torch.Tensor) -> torch.Tensor:
+def fast_v_tiles(v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Fast mode's V for the Gluon kernel: ``v`` (``[B, H, S, D]`` FP8 of any strides, S a
-    multiple of 16) as a contiguous ``[B, H, D, S]`` tensor whose key ``s`` sits at position
-    ``config.wgmma_key_order(s)``: the K-major tiles FP8 wgmma reads for ``P V``, keys in the
-    order of the kernel's FP8 P operand. One byte transpose (``transpose_bytes``);
-    stream-ordered, capturable."""
-    b, h, s, d = v.shape
-    if v.dtype != FP8 or s % 16:
+    multiple of 16) as a contiguous ``[B, H, D, S]`` tensor (``out``, or a fresh one) whose
+    key ``s`` sits at position ``config.wgmma_key_order(s)``: the K-major tiles FP8 wgmma
+    reads for ``P V``, keys in the order of the kernel's FP8 P operand. One byte transpose
+    (``transpose_bytes``); stream-ordered, capturable."""
+    if v.dtype != FP8 or v.shape[2] % 16:
         raise ValueError(
-            f"fast_v_tiles needs float8_e4m3fn with S a multiple of 16, got {v.dtype}, S={s}"
+            f"fast_v_tiles needs float8_e4m3fn with S a multiple of 16, got {v.dtype}, "
+            f"S={v.shape[2]}"
         )
-    out = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
-    if out.numel():
-        grid = (triton.cdiv(s, 64), triton.cdiv(d, 64), b * h)
-        transpose_bytes[grid](
-            v.view(torch.uint8), out.view(torch.uint8), h, s, d, *v.stride(), 64, 64,
-            WGMMA_KEYS=True,
-        )  # fmt: skip
-    return out
+    return _transposed(v, out, True, "fast_v_tiles")
