@@ -114,7 +114,7 @@ def _compile_norm_act(case: dict, workdir: str) -> tuple[list[str], int, int]:
     return _compile(fn, case["sig"], case["const"], divisible, options, workdir)
 
 
-def _compile_prefill(
+def compile_prefill(
     inp: str, out: str, workdir: str, d: int = 128, fast: bool = False
 ) -> tuple[list[str], int, int]:
     """``_compile`` of the Gluon prefill kernel, head dim ``d``, ``inp`` q / k / v (``bf16``
@@ -237,7 +237,7 @@ def count_prefill() -> list[dict]:
                 ("bf16", "bf16", False),
                 ("fp8", "fp8", True),
             )  # fmt: skip
-            for lines, _, shared in [_compile_prefill(inp, out, workdir, fast=fast)]
+            for lines, _, shared in [compile_prefill(inp, out, workdir, fast=fast)]
         ]
 
 

@@ -24,11 +24,11 @@ CASES = [(d, inp, out, fast) for d in (64, 128) for inp, out, fast in
 
 _SCRIPT = """
 import sys, tempfile
-from benchmarks.sass_count import _compile_prefill
+from benchmarks.sass_count import compile_prefill
 for d, inp, out, fast in {cases!r}:
     print(d, inp, out, fast, "...", flush=True)
     with tempfile.TemporaryDirectory() as w:
-        sass, _, _ = _compile_prefill(inp, out, w, d, fast)
+        sass, _, _ = compile_prefill(inp, out, w, d, fast)
     print(d, inp, out, fast, len(sass), flush=True)
 """
 
