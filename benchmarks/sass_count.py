@@ -52,12 +52,15 @@ _PREFILL_SCALARS = ("scale_bits", "G", "causal", "causal_off", "n_work")
 def _norm(dtype, residual: bool) -> dict:
     sig = dict.fromkeys(_WORD_PTRS, "*i32")
     sig |= {"g_ptr": "*fp32", "packed_ptr": "*u8", "scale_ptr": "*u8", "M": "i32", "K": "i32",
-            "KB_PAD": "i32", "sx": "i32", "sr": "i32", "eps": "fp32"}  # fmt: skip
+            "KB_PAD": "i32", "sx": "i32", "sr": "i32", "eps": "fp32",
+            "ROW_PROGRAMS": "i32"}  # fmt: skip
     const = {"DT": dtype, "W_DT": dtype, "HAS_RES": residual, "NORM_DT": dtype, "OUT_DT": dtype,
-             "WEIGHT_FIRST": False, "SWIZZLE": True, "EARLY": False, "NB": 256}  # fmt: skip
+             "WEIGHT_FIRST": False, "SWIZZLE": True, "EARLY": False, "LOOP": not residual,
+             "NB": 256}  # fmt: skip
     name = "add + RMSNorm + NVFP4" if residual else "RMSNorm + NVFP4"
+    options = {"num_warps": 4} if not residual else {"num_warps": 4, "maxnreg": 64}
     return {"name": name, "kernel": "rms_norm_nvfp4_kernel", "sig": sig, "const": const,
-            "options": {"num_warps": 4, "maxnreg": 64}, "values": 256 * 16 // 128}  # fmt: skip
+            "options": options, "values": 256 * 16 // 128}  # fmt: skip
 
 
 def _act(dtype) -> dict:
@@ -108,7 +111,10 @@ def _compile_norm_act(case: dict, workdir: str) -> tuple[list[str], int, int]:
     """``_compile`` of a norm / activation case's kernel."""
     from graphfuse.triton.norm_act import kernels
 
-    divisible = [n for n, t in case["sig"].items() if (t[0] == "*" or t == "i32") and n != "M"]
+    divisible = [
+        n for n, t in case["sig"].items()
+        if (t[0] == "*" or t == "i32") and n not in ("M", "ROW_PROGRAMS")
+    ]  # fmt: skip
     options = {"enable_fp_fusion": False, **case["options"]}
     fn = getattr(kernels, case["kernel"])
     return _compile(fn, case["sig"], case["const"], divisible, options, workdir)

@@ -26,19 +26,22 @@ def e4m3(v):
 
 
 @triton.jit
-def _e2m1_magnitude(v):
-    """``M + |code(v)|`` in fp32 (``M = 1.5 * 2**23``, bits ``0x4B400000``): the low byte of
-    its bits is the 3-bit e2m1 magnitude code of ``v``, rne, saturating at 6.
+def _e2m1_magnitude(v, k):
+    """``M + |code(v * k)|`` in fp32 (``M = 1.5 * 2**23``, bits ``0x4B400000``) for ``k >= 0``:
+    the low byte of its bits is the 3-bit e2m1 magnitude code of the exact product ``v * k``,
+    rne, saturating at 6.
 
-    ``code(|v|) = min(rint(2a), rint(a) + 2, rint(a/2) + 4, 7)`` (the e2m1 grid has steps 0.5,
+    ``code(a) = min(rint(2a), rint(a) + 2, rint(a/2) + 4, 7)`` (the e2m1 grid has steps 0.5,
     1, 2 on [0, 2), [2, 4), [4, 6]; ``rint`` rounds half to even as docs/numerics.md's table
-    does); each ``rint(y) + k`` is ``y + k + M`` rounded once in fp32 (sums in
-    ``[2**23, 2**24)`` round to integers).
+    does); each ``rint(c * a) + j`` is one multiply-add ``|v| * (c * k) + (j + M)`` rounded once
+    in fp32 (sums in ``[2**23, 2**24)`` round to integers), exact where ``2 * k`` is finite and
+    ``k / 2`` is normal or zero. With ``k = 1`` (a constant) these are one multiply-add or add
+    a segment.
     """
     a = tl.abs(v)
     m: tl.constexpr = 12582912.0
-    t = tl.minimum(tl.fma(a, 2.0, m), a + (m + 2.0))
-    t = tl.minimum(t, tl.fma(a, 0.5, m + 4.0))
+    t = tl.minimum(tl.fma(a, k * 2.0, m), tl.fma(a, k, m + 2.0))
+    t = tl.minimum(t, tl.fma(a, k * 0.5, m + 4.0))
     return tl.minimum(t, m + 7.0)
 
 
@@ -49,17 +52,25 @@ def _sign_bit(v):
 
 
 @triton.jit
-def e2m1_byte(lo, hi):
-    """The packed NVFP4 byte of fp32 ``lo`` / ``hi``: their 4-bit e2m1 codes (rne, saturating
-    at 6, sign in bit 3), ``lo``'s in the low nibble, as the low 8 bits of a uint32 (the
-    caller's ``.to(tl.uint8)`` drops the rest). Equal to ``quant_ref.e2m1_codes`` for every
-    non-NaN value (a NaN occurs only in a NaN block, whose nibbles docs/numerics.md leaves
-    unspecified). Integer multiply-adds only: the magnitude codes are the low bytes of
-    ``_e2m1_magnitude``'s bits (``0x4B400000 * 16`` has a zero low byte too), the signs come
-    from ``_sign_bit``."""
-    mlo = _e2m1_magnitude(lo).to(tl.uint32, bitcast=True)
-    mhi = _e2m1_magnitude(hi).to(tl.uint32, bitcast=True)
+def e2m1_byte_of_products(lo, hi, k):
+    """The packed NVFP4 byte of the exact products ``lo * k`` / ``hi * k`` (fp32, ``k >= 0``
+    with ``2 * k`` finite and ``k / 2`` normal or zero, broadcast by the caller), each rounded
+    once to the e2m1 grid (rne, saturating at 6, sign in bit 3), ``lo``'s code in the low
+    nibble, as the low 8 bits of a uint32 (the caller's ``.to(tl.uint8)`` drops the rest).
+    Integer multiply-adds only: the magnitude codes are the low bytes of
+    ``_e2m1_magnitude``'s bits (``0x4B400000 * 16`` has a zero low byte too), the signs
+    ``lo``'s and ``hi``'s (``_sign_bit``; ``k`` is not negative)."""
+    mlo = _e2m1_magnitude(lo, k).to(tl.uint32, bitcast=True)
+    mhi = _e2m1_magnitude(hi, k).to(tl.uint32, bitcast=True)
     return mlo + mhi * 16 + _sign_bit(lo) * 8 + _sign_bit(hi) * 128
+
+
+@triton.jit
+def e2m1_byte(lo, hi):
+    """The packed NVFP4 byte of fp32 ``lo`` / ``hi``: ``e2m1_byte_of_products`` with ``k = 1``.
+    Equal to ``quant_ref.e2m1_codes`` for every non-NaN value (a NaN occurs only in a NaN
+    block, whose nibbles docs/numerics.md leaves unspecified)."""
+    return e2m1_byte_of_products(lo, hi, 1.0)
 
 
 @triton.jit

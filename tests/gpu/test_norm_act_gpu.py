@@ -9,11 +9,15 @@ CUDA-graph capture + replay.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import graphfuse  # noqa: F401  (registers the ops and their lazy CUDA impls)
 from graphfuse.ops import norm_act_ref as R
+from graphfuse.triton.formats import e2m1_byte_of_products
 
 from ..triton_kernels._norm_act_cases import failures, fp8_stats, nvfp4_stats, run_all, same_float
 
@@ -145,3 +149,45 @@ def test_cuda_graph_capture_and_replay() -> None:
         replay = outs[name] if isinstance(outs[name], tuple) else (outs[name],)
         for a, b in zip(replay, eager):
             assert torch.equal(_bytes(a), _bytes(b)), name
+
+
+@triton.jit
+def _products_kernel(X, K, BYTE, N, BLOCK: tl.constexpr):
+    pairs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = pairs < N // 2
+    lo = tl.load(X + 2 * pairs, mask=m)
+    hi = tl.load(X + 2 * pairs + 1, mask=m)
+    k = tl.load(K + pairs, mask=m)
+    tl.store(BYTE + pairs, e2m1_byte_of_products(lo, hi, k).to(tl.uint8), mask=m)
+
+
+def _codes_of_exact_products(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """docs/numerics.md's e2m1 codes (rne, saturating at 6) of the exact products ``x * k``
+    (fp32 operands: their float64 product is exact)."""
+    p = x.astype(np.float64) * k.astype(np.float64)
+    a = np.abs(p)
+    mag = np.minimum.reduce([np.rint(2 * a), np.rint(a) + 2, np.rint(a / 2) + 4, a * 0 + 7])
+    return mag.astype(np.uint8) | (np.signbit(p) * 8).astype(np.uint8)
+
+
+def test_e2m1_byte_of_products_rounds_the_exact_product() -> None:
+    """``e2m1_byte_of_products`` (the NVFP4 norm / act encode) gives the codes of the exact
+    products ``x * k``, rounded once: values placed within a few ulp of each e2m1 tie for
+    random multipliers (where rounding the fp32 product first can land on the tie), random
+    magnitudes, zeros, and products beyond 6."""
+    gen = torch.Generator().manual_seed(3)
+    n = 1 << 18
+    k = torch.exp2(torch.rand(n // 2, generator=gen) * 60 - 30)
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    near = ties[torch.randint(0, 7, (n // 2,), generator=gen)] / k
+    near = near.view(torch.int32) + torch.randint(-3, 4, near.shape, generator=gen).int()
+    x = torch.stack([near.view(torch.float32), torch.randn(n // 2, generator=gen) * 4 / k], 1)
+    x = x.flatten()
+    x[:64] = torch.tensor([0.0, -0.0, 1e-40, -1e-40] * 16)
+    x[64:128] = 7.5 / k[32:64].repeat_interleave(2)
+    x = torch.where(torch.rand(n, generator=gen) < 0.5, -x, x)
+    packed = torch.full((n // 2,), 0xA5, dtype=torch.uint8, device="cuda")
+    _products_kernel[(triton.cdiv(n // 2, 1024),)](x.cuda(), k.cuda(), packed, n, BLOCK=1024)
+    codes = _codes_of_exact_products(x.numpy(), k.repeat_interleave(2).numpy())
+    want = torch.from_numpy(codes[0::2] | (codes[1::2] << 4))
+    assert torch.equal(packed.cpu(), want)

@@ -58,15 +58,34 @@ def _products(dtype: torch.dtype):
     return emulate
 
 
+def _sums(dtype: torch.dtype):
+    """norm_act/kernels._packed_sums: the halves of two int32 words of ``dtype`` pairs added,
+    each sum rounded once to ``dtype``."""
+
+    def emulate(aw: np.ndarray, bw: np.ndarray):
+        a, b = (torch.from_numpy(w.astype(np.int32)).view(dtype).float() for w in (aw, bw))
+        return (a + b).to(dtype).view(torch.int32).numpy(), tl.int32
+
+    return emulate
+
+
+def _identity(data: np.ndarray):
+    return data, tl.int32
+
+
 # the kernels' inline asm, computed with torch: decode/tiles._fp8_to_f16 (e4m3 -> fp16),
 # norm_act/kernels._ex2 and _rcp (``ex2.approx.ftz`` / ``rcp.approx.ftz`` as exact results
-# with the flushes: the hardware's are within 2 / 1 ulp of these) and _packed_products
+# with the flushes: the hardware's are within 2 / 1 ulp of these), _packed_products,
+# _packed_sums and _unanalysed
 _ASM = {
     "cvt.rn.f16x2.e4m3x2": _fp8_to_f16,
     "ex2.approx.ftz.f32": _ex2_ftz,
     "rcp.approx.ftz.f32": _rcp_ftz,
-    "fma.rn.bf16x2": _products(torch.bfloat16),
-    "fma.rn.f16x2": _products(torch.float16),
+    "fma.rn.bf16x2 $0, p,": _products(torch.bfloat16),
+    "fma.rn.f16x2 $0, p,": _products(torch.float16),
+    "fma.rn.bf16x2 $0, $1, one,": _sums(torch.bfloat16),
+    "fma.rn.f16x2 $0, $1, one,": _sums(torch.float16),
+    "mov.b32 $0, $1;": _identity,
 }
 
 

@@ -174,6 +174,18 @@ def model_norm_cases(seed: int, hidden=(64, 100, 4096, 5120), rows=(1, 3, 130, 3
             }  # fmt: skip
 
 
+def many_rows_cases(seed: int, rows: int = 2 * 5 * 132 + 77):
+    """NVFP4 RMSNorm (bf16, hidden 64) over more than twice as many rows as its looping launch
+    has programs (5 an SM on 132): the programs loop over two or three rows, loading the next
+    before computing the current; the rows end inside a swizzle tile."""
+    yield {
+        "op": "norm", "fmt": "nvfp4", "dtype": torch.bfloat16, "wdtype": torch.bfloat16,
+        "k": 64, "rows": rows, "norm_dtype": None, "weight_first": False, "residual": False,
+        "swizzle": True, "layout": None, "specials": False,
+        "seed": random.Random(seed).randrange(1 << 30),
+    }  # fmt: skip
+
+
 def extreme_scale_cases(seed: int, hidden=(64, 100, 4096, 5120), inter=(64, 4096, 5120, 14336)):
     """NVFP4 RMSNorm and SiLU-and-mul (bf16) at global scales of ``2**118`` or more, where an
     encode multiplier can overflow (``inf``: it always does), with about 2% of the inputs at
@@ -347,14 +359,15 @@ def failures(st: dict) -> list[str]:
 
 def run_all(seed: int, n: int, device: str, **sizes) -> list[dict]:
     """Every case of ``seed`` (the 4 model RMSNorm spellings, the 4 extreme global scales,
-    ``n`` RMSNorm and ``n`` act_and_mul, then the exp range): a record per case with its
-    statistics and ``error``: the broken rules, "" when none."""
+    the many-row RMSNorm, ``n`` RMSNorm and ``n`` act_and_mul, then the exp range): a
+    record per case with its statistics and ``error``: the broken rules, "" when none."""
     records = []
     norm_kw = {k: v for k, v in sizes.items() if k in ("hidden", "rows")}
     act_kw = {k: v for k, v in sizes.items() if k in ("inter", "rows")}
     extreme_kw = {k: v for k, v in sizes.items() if k in ("hidden", "inter")}
     cases = [*model_norm_cases(seed, **norm_kw), *extreme_scale_cases(seed, **extreme_kw),
-             *norm_cases(seed, n, **norm_kw), *act_cases(seed + 1, n, **act_kw)]  # fmt: skip
+             *many_rows_cases(seed), *norm_cases(seed, n, **norm_kw),
+             *act_cases(seed + 1, n, **act_kw)]  # fmt: skip
     for case in cases:
         st = (run_norm if case["op"] == "norm" else run_act)(case, device)
         records.append({**case, **st, "error": "; ".join(failures(st))})

@@ -24,7 +24,7 @@ import triton.language as tl
 from ..formats import (
     FLT_MAX,
     amax_along,
-    e2m1_byte,
+    e2m1_byte_of_products,
     e4m3,
     nan_max,
     nvfp4_block_scale,
@@ -38,6 +38,12 @@ _GELU_BETA2 = tl.constexpr(1.5957691216057308)
 _GELU_KAPPA = tl.constexpr(0.044715)
 
 _NEG_LOG2E = tl.constexpr(-1.4426950408889634)
+
+# global scales whose block multipliers (``g / sf``, 0 or in ``[g * 2**-9, g * 2**9]``) the
+# NVFP4 encode folds into its rounding (``e2m1_byte_of_products``: ``2 * inv`` finite,
+# ``inv / 2`` normal or zero); outside, a multiply first (``scaled_for_e2m1``)
+_G_FUSED_MIN = tl.constexpr(2.0**-116)
+_G_FUSED_END = tl.constexpr(2.0**118)
 
 SILU = tl.constexpr(0)
 GELU_TANH = tl.constexpr(1)
@@ -121,6 +127,17 @@ def join_pairs(lo, hi, DT: tl.constexpr):
 
 
 @triton.jit
+def _unanalysed(x):
+    """``x`` (int32) through an identity the compiler cannot see through. The swizzled scale
+    store indexes with it: knowing four consecutive blocks' bytes adjacent, the compiler
+    would regroup the bytes two to a thread through shared memory and two barriers first;
+    one byte a thread, they go out from the threads that computed them."""
+    return tl.inline_asm_elementwise(
+        "mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
 def store_nvfp4_pairs(
     ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE: tl.constexpr
 ):  # fmt: skip
@@ -129,19 +146,26 @@ def store_nvfp4_pairs(
     scale byte of ``quant_ref.nvfp4_quant_ref``, the encode multiplier within about 2 ulp of
     its ``1 / (sf / g)``): stores the packed bytes of the real block columns (< K/16) and
     their scale bytes, with ``SWIZZLE`` also zeros in the layout's padding columns (up to
-    ``KB_PAD``). A multiplier clamped to FLT_MAX (a global scale of ``2**118`` or more)
-    still sends every nonzero value to +-6 and keeps +-0, as the reference's infinite one
-    does (``scaled_for_e2m1``)."""
+    ``KB_PAD``). Each value's product with the multiplier is rounded once, to its e2m1 code
+    (``e2m1_byte_of_products``), for global scales in ``[2**-116, 2**118)``; outside them it
+    is rounded to fp32 first, and a multiplier clamped to FLT_MAX (a global scale of
+    ``2**118`` or more) still sends every nonzero value to +-6 and keeps +-0, as the
+    reference's infinite one does (``scaled_for_e2m1``)."""
     inv, sbits = nvfp4_block_scale(nan_max(amax_along(ze, 1), amax_along(zo, 1)), g)
-    big = tl.where(inv == FLT_MAX, FLT_MAX, 1.0)[:, None]
-    inv = inv[:, None]
-    packed = e2m1_byte(scaled_for_e2m1(ze, inv, big, g), scaled_for_e2m1(zo, inv, big, g))
+    k = inv[:, None]
+    if (g < _G_FUSED_MIN) | (g >= _G_FUSED_END):
+        big = tl.where(k == FLT_MAX, FLT_MAX, 1.0)
+        ze = scaled_for_e2m1(ze, k, big, g)
+        zo = scaled_for_e2m1(zo, k, big, g)
+        k = tl.full(k.shape, 1.0, tl.float32)
+    packed = e2m1_byte_of_products(ze, zo, k)
     row64 = row.to(tl.int64)
     real = kb < K // 16
     pcols = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
     tl.store(packed_ptr + row64 * (K // 2) + pcols, packed.to(tl.uint8), mask=real[:, None])
     sbits = tl.where(real, sbits, 0).to(tl.uint8)
     if SWIZZLE:
+        kb = _unanalysed(kb)
         tl.store(scale_ptr + swizzled_offset(row64, kb, KB_PAD // 4), sbits, mask=kb < KB_PAD)
     else:
         tl.store(scale_ptr + row64 * (K // 16) + kb, sbits, mask=real)
@@ -187,6 +211,28 @@ def _packed_products(ae, ao, w, DT: tl.constexpr):
     return tl.inline_asm_elementwise(
         asm, "=r,f,f,r", [ae, ao, w], dtype=tl.int32, is_pure=True, pack=1
     )
+
+
+def _packed_sums_asm(t: str, one: int) -> tl.constexpr:
+    """``_packed_sums``' PTX for the 16-bit type ``t`` whose 1.0 has the bits ``one``."""
+    return tl.constexpr(f"{{.reg .b32 one; mov.b32 one, {one:#x}; fma.rn.{t}x2 $0, $1, one, $2;}}")
+
+
+_SUMS_BF16 = _packed_sums_asm("bf16", 0x3F803F80)
+_SUMS_F16 = _packed_sums_asm("f16", 0x3C003C00)
+
+
+@triton.jit
+def _packed_sums(a, b, DT: tl.constexpr):
+    """The words of ``DT(a + b)`` for two ``split_pairs`` words of 16-bit ``DT``: one packed
+    ``fma.rn`` (``a * 1 + b``, each half rounded once; ``add.rn.bf16x2`` needs sm_90). Equal
+    to the fp32 sum rounded to DT, as PyTorch computes it: fp32 holds more than twice DT's
+    precision plus two bits, so the two roundings give the correctly rounded sum."""
+    if DT == tl.bfloat16:
+        asm: tl.constexpr = _SUMS_BF16
+    else:
+        asm: tl.constexpr = _SUMS_F16
+    return tl.inline_asm_elementwise(asm, "=r,r,r", [a, b], dtype=tl.int32, is_pure=True, pack=1)
 
 
 @triton.jit
@@ -253,59 +299,99 @@ def rms_norm_fp8_kernel(
 
 
 @triton.jit
+def _row_words(x_ptr, res_ptr, row, M, sx, sr, words, mask, HAS_RES: tl.constexpr):
+    """Row ``row``'s x words and residual words (x's again without a residual); nothing is
+    read for a row from ``M`` on."""
+    row64 = row.to(tl.int64)
+    live = mask & (row < M)
+    xw = tl.load(x_ptr + row64 * sx + words, mask=live, other=0)
+    if HAS_RES:
+        rw = tl.load(res_ptr + row64 * sr + words, mask=live, other=0)
+    else:
+        rw = xw
+    return xw, rw
+
+
+@triton.jit
 def _rms_norm_nvfp4_row(
-    x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sx, sr,
+    xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask, K, KB_PAD,
     eps, DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
     OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr,
-    EARLY: tl.constexpr, NB: tl.constexpr,
+    EARLY: tl.constexpr,
 ):  # fmt: skip
-    """``rms_norm_nvfp4_kernel``'s work on row ``row``."""
-    kb = tl.arange(0, NB)
-    words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-    row64 = row.to(tl.int64)
-    mask = kb[:, None] < K // 16
-    xw = tl.load(x_ptr + row64 * sx + words, mask=mask, other=0)
-    if EARLY:
-        ww = tl.load(w_ptr + words, mask=mask, other=0)
-        g = tl.load(g_ptr).to(tl.float32)
+    """``rms_norm_nvfp4_kernel``'s work on row ``row`` (x words ``xw``, residual words ``rw``,
+    global scale ``g``): with ``EARLY`` the weight words are ``ww``, else they are read here,
+    after the reduction."""
     if HAS_RES:
-        ve, vo = split_pairs(xw, DT)
-        re, ro = split_pairs(tl.load(res_ptr + row64 * sr + words, mask=mask, other=0), DT)
-        ve = (ve + re).to(DT).to(tl.float32)
-        vo = (vo + ro).to(DT).to(tl.float32)
-        tl.store(res_out_ptr + row64 * (K // 2) + words, join_pairs(ve, vo, DT), mask=mask)
+        if DT.primitive_bitwidth == 16:
+            hw = _packed_sums(xw, rw, DT)
+            ve, vo = split_pairs_f32(hw, DT)
+        else:
+            xe, xo = split_pairs(xw, DT)
+            re, ro = split_pairs(rw, DT)
+            ve, vo = xe + re, xo + ro
+            hw = join_pairs(ve, vo, DT)
+        tl.store(res_out_ptr + row.to(tl.int64) * (K // 2) + words, hw, mask=mask)
     else:
         ve, vo = split_pairs_f32(xw, DT)
     r = inv_rms(tl.sum(tl.sum(tl.fma(ve, ve, vo * vo), axis=1), axis=0), K, eps)
     if not EARLY:
         ww = tl.load(w_ptr + words, mask=mask, other=0)
     ze, zo = normed_pairs(ve, vo, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    if not EARLY:
-        g = tl.load(g_ptr).to(tl.float32)
     store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
 
 
 @triton.jit
 def rms_norm_nvfp4_kernel(
     x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sx, sr, eps,
-    DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
-    OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr,
-    EARLY: tl.constexpr, NB: tl.constexpr,
+    ROW_PROGRAMS, DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr,
+    NORM_DT: tl.constexpr, OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    SWIZZLE: tl.constexpr, EARLY: tl.constexpr, LOOP: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
-    """Program ``row < M``: the row as ``[NB, 8]`` words (x, residual and weight through
-    ``split_pairs``; strides in words), RMSNorm as ``rms_norm_fp8_kernel`` (``EARLY`` alike),
-    then NVFP4 of the row. With ``SWIZZLE`` the programs from ``M`` on (the launcher adds
-    them where M is not a multiple of 128) zero the layout's padding rows, in parallel with
-    the rows."""
-    row = tl.program_id(0)
-    if row >= M:
+    """The rows as ``[NB, 8]`` words (x, residual and weight through ``split_pairs``; strides
+    in words), RMSNorm as ``rms_norm_fp8_kernel`` computes it, then NVFP4 of the row.
+
+    Program ``p < ROW_PROGRAMS`` takes rows ``p, p + ROW_PROGRAMS, ...`` below ``M``: one row
+    without ``LOOP`` (``ROW_PROGRAMS = M``; ``EARLY`` as in ``rms_norm_fp8_kernel``); with
+    ``LOOP`` it reads the weight and the global scale once and issues each row's loads before
+    it computes the previous row, so its next row's bytes are in flight while it computes.
+    With ``SWIZZLE`` the programs from ``ROW_PROGRAMS`` on (the launcher adds them where M is
+    not a multiple of 128) zero the layout's padding rows, in parallel with the rows."""
+    pid = tl.program_id(0)
+    if pid >= ROW_PROGRAMS:
         if SWIZZLE:
-            zero_sf_pad(scale_ptr, M, KB_PAD, row - M, tl.num_programs(0) - M, NB * 8)
+            zero_sf_pad(
+                scale_ptr, M, KB_PAD, pid - ROW_PROGRAMS, tl.num_programs(0) - ROW_PROGRAMS,
+                NB * 8,
+            )  # fmt: skip
     else:
-        _rms_norm_nvfp4_row(
-            x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD,
-            sx, sr, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE, EARLY, NB,
-        )  # fmt: skip
+        kb = tl.arange(0, NB)
+        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+        mask = kb[:, None] < K // 16
+        xw, rw = _row_words(x_ptr, res_ptr, pid, M, sx, sr, words, mask, HAS_RES)
+        if EARLY or LOOP:
+            ww = tl.load(w_ptr + words, mask=mask, other=0)
+        else:
+            ww = xw  # read after the reduction (``_rms_norm_nvfp4_row``)
+        g = tl.load(g_ptr).to(tl.float32)
+        if LOOP:
+            for i in tl.range(0, tl.cdiv(M - pid, ROW_PROGRAMS), num_stages=1):
+                row = pid + i * ROW_PROGRAMS
+                xn, rn = _row_words(
+                    x_ptr, res_ptr, row + ROW_PROGRAMS, M, sx, sr, words, mask, HAS_RES
+                )
+                _rms_norm_nvfp4_row(
+                    xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words,
+                    mask, K, KB_PAD, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST,
+                    SWIZZLE, True,
+                )  # fmt: skip
+                xw, rw = xn, rn
+        else:
+            _rms_norm_nvfp4_row(
+                xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, pid, kb, words, mask,
+                K, KB_PAD, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE,
+                EARLY,
+            )  # fmt: skip
 
 
 @triton.jit

@@ -27,6 +27,9 @@ CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
 NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
 ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
 PAD_WORDS = 2048  # 32-bit words of swizzle padding zeroed by one padding program (at most)
+# row programs an SM of the looping NVFP4 RMSNorm launch: as many as fit at once (sm_90, 4
+# warps: 95 registers a thread)
+NORM_NVFP4_PROGRAMS_PER_SM = 5
 
 
 def _early(m: int, sms: int) -> bool:
@@ -60,12 +63,24 @@ def _norm_nvfp4_warps(nb: int, m: int, sms: int) -> int:
     return warps
 
 
-def _norm_nvfp4_regs(nb: int, warps: int) -> dict:
-    """The register cap of the NVFP4 RMSNorm launch: 64 a thread for 4 warps over 256 blocks
-    (hidden 4096), the occupancy the kernel has anyway; under the cap ptxas issues the
-    weight's four 16-byte loads together, 1.6-2.5% faster on an H100 (docs/serving.md).
-    Elsewhere no cap (at 128 blocks it would cost occupancy)."""
-    return {"maxnreg": 64} if warps == 4 and nb == 256 else {}
+def _norm_nvfp4_loops(m: int, sms: int, residual: bool) -> bool:
+    """Whether the NVFP4 RMSNorm launch is ``NORM_NVFP4_PROGRAMS_PER_SM`` programs an SM that
+    loop over the rows, each loading its next row while it computes one (``LOOP``), rather
+    than a program a row. Only where each program gets more than two rows, and not with the
+    residual add. On an H100 at hidden 4096 without the residual (docs/serving.md): 1.10x
+    faster at T = 4096, 1.03-1.04x at T = 16384, but 1.04x slower at T = 1024, where half the
+    programs take two rows and half one; with the residual add (three streams, near copy
+    speed) 1.06x slower at T = 16384."""
+    return not residual and m > 2 * NORM_NVFP4_PROGRAMS_PER_SM * sms
+
+
+def _norm_nvfp4_regs(nb: int, warps: int, loop: bool) -> dict:
+    """The register cap of the NVFP4 RMSNorm launch: without ``LOOP``, 64 a thread for 4 warps
+    over 256 blocks (hidden 4096), the occupancy the kernel has anyway; under the cap ptxas
+    issues the weight's four 16-byte loads together, 1.6-2.5% faster on an H100
+    (docs/serving.md). Elsewhere no cap (at 128 blocks it would cost occupancy; the loop
+    holds a second row)."""
+    return {"maxnreg": 64} if warps == 4 and nb == 256 and not loop else {}
 
 
 # no fused multiply-add: the kernels round every product as norm_act_ref does
@@ -184,13 +199,14 @@ def rms_norm_quant_nvfp4_into(
     x2, r2, r_out, w = (words(t.view(-1, k)) for t in args)
     nb = triton.next_power_of_2(sshape[1])  # a row covers the padding block columns too
     sms = sm_count(x.device)
-    pad = _pad_programs(m, sshape[1], swizzle)
     warps = _norm_nvfp4_warps(nb, m, sms)
-    rms_norm_nvfp4_kernel[(m + pad,)](
+    loop = _norm_nvfp4_loops(m, sms, residual is not None)
+    row_programs = NORM_NVFP4_PROGRAMS_PER_SM * sms if loop else m
+    rms_norm_nvfp4_kernel[(row_programs + _pad_programs(m, sshape[1], swizzle),)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
-        x2.stride(0), r2.stride(0), float(eps), DT=TL_DTYPE[x.dtype], W_DT=TL_DTYPE[weight.dtype],
-        SWIZZLE=bool(swizzle), EARLY=_early(m, sms), NB=nb, num_warps=warps,
-        **_norm_nvfp4_regs(nb, warps), **meta, **_EXACT,
+        x2.stride(0), r2.stride(0), float(eps), row_programs, DT=TL_DTYPE[x.dtype],
+        W_DT=TL_DTYPE[weight.dtype], SWIZZLE=bool(swizzle), EARLY=_early(m, sms), LOOP=loop,
+        NB=nb, num_warps=warps, **_norm_nvfp4_regs(nb, warps, loop), **meta, **_EXACT,
     )  # fmt: skip
 
 
