@@ -1,25 +1,33 @@
-"""This tree's norm / activation + quant kernels against another version of their module, on
-CUDA, in one process.
+"""This tree's norm / activation + quant kernels against another version of them, on CUDA, in
+one process.
 
     git show main:graphfuse/triton/norm_act/kernels.py > /tmp/base_kernels.py
     python -m benchmarks.norm_act_kernels_ab --base /tmp/base_kernels.py [--tokens 1 1024 4096]
 
-The base file is loaded as a module of ``graphfuse/triton/norm_act`` (its relative imports
+    mkdir /tmp/base && git archive main graphfuse/triton/norm_act | tar -x -C /tmp/base
+    python -m benchmarks.norm_act_kernels_ab --base /tmp/base/graphfuse/triton/norm_act
+
+A base file is loaded as a module of ``graphfuse/triton/norm_act`` (its relative imports
 resolve there) and its kernels stand in for this tree's in ``launch.py`` while the base
-variant's CUDA graphs are captured; every op then runs through ``torch.ops.graphfuse`` as
-users call it. The cases are ``benchmarks.norm_act_quant_gpu``'s (bf16, hidden 4096,
-intermediate 14336); each is a CUDA graph of ``--reps`` calls per version, timed in
-``--rounds`` interleaved rounds (medians). A row gives both times, the speedup (base / this
-tree) and the fraction of equal quantized bytes between the two versions' outputs; the FP8
-rows, whose kernels a change to the NVFP4 path leaves alone, show the run's noise.
+variant's CUDA graphs are captured. A base folder (a version of the whole
+``graphfuse/triton/norm_act`` package: kernels and launchers) is loaded as a package beside
+it, and its ``launch`` stands in for this tree's in ``graphfuse/triton/ops.py``. Either way
+every op then runs through ``torch.ops.graphfuse`` as users call it. The cases are
+``benchmarks.norm_act_quant_gpu``'s (bf16, hidden 4096, intermediate 14336); each is a CUDA
+graph of ``--reps`` calls per version, timed in ``--rounds`` interleaved rounds (medians). A
+row gives both times, the speedup (base / this tree) and the fraction of equal quantized
+bytes between the two versions' outputs; the rows whose kernels a change leaves alone show
+the run's noise.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import sys
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -33,24 +41,46 @@ KERNELS = (
 )  # fmt: skip
 
 
-def load_base(path: str) -> ModuleType:
-    """``path`` (a version of ``kernels.py``) as ``graphfuse.triton.norm_act._ab_base``."""
-    name = "graphfuse.triton.norm_act._ab_base"
-    spec = importlib.util.spec_from_file_location(name, path)
+def _load(name: str, path: str, package_dir: str | None = None) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        name, path, submodule_search_locations=[package_dir] if package_dir else None
+    )
     if spec is None or spec.loader is None:
         raise SystemExit(f"benchmarks.norm_act_kernels_ab: cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    missing = [k for k in KERNELS if not hasattr(module, k)]
-    if missing:
-        raise SystemExit(f"benchmarks.norm_act_kernels_ab: {path} has no {', '.join(missing)}")
     return module
 
 
-def _use(launch: ModuleType, module: ModuleType) -> None:
-    for k in KERNELS:
-        setattr(launch, k, getattr(module, k))
+def load_base(path: str) -> Callable[[bool], None]:
+    """The other version at ``path`` (a ``kernels.py`` or a ``norm_act`` package folder) as a
+    switch: ``use(True)`` puts it in place of this tree's, ``use(False)`` puts this tree's
+    back."""
+    from graphfuse.triton import ops
+    from graphfuse.triton.norm_act import kernels, launch
+
+    if os.path.isdir(path):
+        init = os.path.join(path, "__init__.py")
+        if not os.path.exists(os.path.join(path, "launch.py")) or not os.path.exists(init):
+            raise SystemExit(f"benchmarks.norm_act_kernels_ab: {path} is not a norm_act folder")
+        _load("graphfuse.triton._ab_base", init, path)
+        base_launch = importlib.import_module("graphfuse.triton._ab_base.launch")
+
+        def use(on: bool) -> None:
+            ops.norm_act = base_launch if on else launch
+
+        return use
+    module = _load("graphfuse.triton.norm_act._ab_base", path)
+    missing = [k for k in KERNELS if not hasattr(module, k)]
+    if missing:
+        raise SystemExit(f"benchmarks.norm_act_kernels_ab: {path} has no {', '.join(missing)}")
+
+    def use(on: bool) -> None:
+        for k in KERNELS:
+            setattr(launch, k, getattr(module if on else kernels, k))
+
+    return use
 
 
 def _timer(fused, inputs: tuple, reps: int) -> GraphTimer:
@@ -65,7 +95,9 @@ def _quantized(out) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=True, help="the other version of norm_act/kernels.py")
+    ap.add_argument(
+        "--base", required=True, help="the other version: a norm_act/kernels.py or folder"
+    )
     ap.add_argument("--tokens", type=int, nargs="+", default=TOKENS)
     ap.add_argument("--cases", nargs="+", default=None, help="case names (default: all)")
     ap.add_argument("--reps", type=int, default=20, help="calls per CUDA graph")
@@ -74,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.norm_act_kernels_ab: no CUDA device")
-    from graphfuse.triton.norm_act import kernels, launch
-
-    base = load_base(args.base)
+    use_base = load_base(args.base)
     rows: list[dict] = []
     result = {"base": args.base, "reps": args.reps, "rounds": args.rounds, "rows": rows}
     for t in args.tokens:
@@ -84,11 +114,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.cases and name not in args.cases:
                 continue
             timers, outs = {}, {}
-            for label, module in (("base", base), ("this", kernels)):
-                _use(launch, module)
+            for label in ("base", "this"):
+                use_base(label == "base")
                 outs[label] = _quantized(fused(*inputs)).clone()
                 timers[label] = _timer(fused, inputs, args.reps)
-            _use(launch, kernels)
+            use_base(False)
             times: dict[str, list[float]] = {k: [] for k in timers}
             for _ in range(args.rounds):
                 for k, timer in timers.items():

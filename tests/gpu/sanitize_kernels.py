@@ -87,12 +87,12 @@ def main() -> None:
 
 
 def _norm_act(s: torch.Tensor) -> None:
-    """The six norm / act + quant ops at 1, 130, 300 and 1400 rows (NVFP4's swizzled 128-row
-    padding zeroed by the padding programs; rows fitting one wave and more, and more rows than
-    the NVFP4 RMSNorm has programs, which then loop), a hidden size that is not a power of
-    two, merged gate / up halves read through their strides."""
+    """The six norm / act + quant ops at 1, 130, 300 and 2700 rows (NVFP4's swizzled 128-row
+    padding zeroed by the padding programs; rows fitting one wave and more, and more than four
+    rows a program of the NVFP4 RMSNorm's looping launch), a hidden size that is not a power
+    of two, merged gate / up halves read through their strides."""
     ops, dev = torch.ops.graphfuse, "cuda"
-    for rows in (1, 130, 300, 1400):
+    for rows in (1, 130, 300, 2700):
         x = torch.randn(rows, 80, device=dev, dtype=torch.bfloat16)
         res = torch.randn(rows, 80, device=dev, dtype=torch.bfloat16)
         w = torch.rand(80, device=dev, dtype=torch.bfloat16) + 0.5

@@ -19,6 +19,7 @@ the GPU does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
@@ -174,14 +175,15 @@ def model_norm_cases(seed: int, hidden=(64, 100, 4096, 5120), rows=(1, 3, 130, 3
             }  # fmt: skip
 
 
-def many_rows_cases(seed: int, rows: int = 2 * 5 * 132 + 77):
-    """NVFP4 RMSNorm (bf16, hidden 64) over more than twice as many rows as its looping launch
-    has programs (5 an SM on 132): the programs loop over two or three rows, loading the next
-    before computing the current; the rows end inside a swizzle tile."""
+def many_rows_cases(seed: int, rows: int = 4 * 132 + 77):
+    """NVFP4 RMSNorm (bf16, hidden 64) over more than four rows a program of its looping launch
+    (one program an SM here, ``programs_per_sm``, so that the case stays small): the programs
+    loop over four or five rows, loading the next before computing the current; the rows end
+    inside a swizzle tile."""
     yield {
         "op": "norm", "fmt": "nvfp4", "dtype": torch.bfloat16, "wdtype": torch.bfloat16,
         "k": 64, "rows": rows, "norm_dtype": None, "weight_first": False, "residual": False,
-        "swizzle": True, "layout": None, "specials": False,
+        "swizzle": True, "layout": None, "specials": False, "programs_per_sm": 1,
         "seed": random.Random(seed).randrange(1 << 30),
     }  # fmt: skip
 
@@ -249,6 +251,19 @@ def _global_scale(case: dict, wide: torch.Tensor) -> torch.Tensor:
     return torch.tensor(448 * 6 / _finite_amax(wide) * random.Random(case["seed"]).uniform(0.5, 2))
 
 
+@contextlib.contextmanager
+def _programs_per_sm(n: int | None):
+    """The looping NVFP4 RMSNorm launch with ``n`` programs an SM inside (unchanged for None)."""
+    from graphfuse.triton.norm_act import launch
+
+    old = launch.NORM_NVFP4_PROGRAMS_PER_SM
+    launch.NORM_NVFP4_PROGRAMS_PER_SM = n or old
+    try:
+        yield
+    finally:
+        launch.NORM_NVFP4_PROGRAMS_PER_SM = old
+
+
 def run_norm(case: dict, device: str) -> dict:
     """One RMSNorm case through the launchers on ``device``; its statistics."""
     from graphfuse.triton.norm_act.launch import rms_norm_quant_fp8_into, rms_norm_quant_nvfp4_into
@@ -277,8 +292,9 @@ def run_norm(case: dict, device: str) -> dict:
         sw = case["swizzle"]
         packed = _poisoned((m, k // 2), torch.uint8, device, 0xA5)
         sf = _poisoned(nvfp4_scale_shape(m, k, sw), FP8, device, 0xFF)
-        rms_norm_quant_nvfp4_into(xd, w.to(device), eps, g.to(device), packed, sf, nd, wf, sw,
-                                  rd, h_out)  # fmt: skip
+        with _programs_per_sm(case.get("programs_per_sm")):
+            rms_norm_quant_nvfp4_into(xd, w.to(device), eps, g.to(device), packed, sf, nd, wf,
+                                      sw, rd, h_out)  # fmt: skip
         want = _nvfp4_ref(z, g, sw)
         st.update(nvfp4_stats((packed, sf), want, z, g, sw), exact="global_scale" in case)
     st["residual_equal"] = True if res is None else same_float(h_out, h)

@@ -66,12 +66,12 @@ def _norm_nvfp4_warps(nb: int, m: int, sms: int) -> int:
 def _norm_nvfp4_loops(m: int, sms: int, residual: bool) -> bool:
     """Whether the NVFP4 RMSNorm launch is ``NORM_NVFP4_PROGRAMS_PER_SM`` programs an SM that
     loop over the rows, each loading its next row while it computes one (``LOOP``), rather
-    than a program a row. Only where each program gets more than two rows, and not with the
-    residual add. On an H100 at hidden 4096 without the residual (docs/serving.md): 1.10x
-    faster at T = 4096, 1.03-1.04x at T = 16384, but 1.04x slower at T = 1024, where half the
-    programs take two rows and half one; with the residual add (three streams, near copy
-    speed) 1.06x slower at T = 16384."""
-    return not residual and m > 2 * NORM_NVFP4_PROGRAMS_PER_SM * sms
+    than a program a row. Only where each program gets more than four rows, and not with the
+    residual add. On an H100 at hidden 4096 without the residual (docs/serving.md): 1.08-1.10x
+    faster at T = 4096 (six rows a program), 1.06x at 8192, 1.03-1.04x at 16384, but 1.04x
+    slower at T = 1024 and 2048 (two and three rows a program); with the residual add (three
+    streams, near copy speed) 1.06x slower at T = 16384."""
+    return not residual and m > 4 * NORM_NVFP4_PROGRAMS_PER_SM * sms
 
 
 def _norm_nvfp4_regs(nb: int, warps: int, loop: bool) -> dict:
