@@ -5,12 +5,14 @@ disassembles with its ``nvdisasm``. Each kernel gets the options and the argumen
 specialisation (pointers, sizes and strides divisible by 16) of a real launch:
 
 - the NVFP4 norm / activation kernels at hidden 4096 / intermediate 14336 with many rows
-  (no fused multiply-add; RMSNorm 4 warps under a 64-register cap, act_and_mul 2 warps):
-  the instructions of a real row's path (from the first branch target, where the row
-  programs start, to the last ``EXIT``; the division slow paths it skips are in it) and the
-  values a thread holds on it. These kernels issue about that many instructions a thread,
-  so the per-value figure is what the issue-bound rows of ``benchmarks.norm_act_quant_gpu``
-  follow (docs/serving.md, "Where the NVFP4 kernels' time goes");
+  (no fused multiply-add; RMSNorm in its looping launch, 4 warps; add + RMSNorm a program a
+  row, 4 warps under a 64-register cap; act_and_mul 2 warps): the instructions of the row
+  programs' code (from the first branch target, where the row programs start, to the last
+  ``EXIT``) and the values a thread holds on it. That code also holds what a row does not
+  run: the division slow paths, and the side of the uniform branch on the global scale that
+  scales the values before the encode (``g`` outside ``[2**-116, 2**118)``: one or two
+  multiplies a value; 75 of RMSNorm's 874), so a row issues about 790 (docs/serving.md, "Where
+  the NVFP4 kernels' time goes");
 - the warp-specialised Gluon prefill kernel (D=128) for each input / output pair: its
   instructions, tensor-core instructions (``HGMMA`` / ``QGMMA``), ``MUFU`` and shared
   memory (docs/gpu.md);
