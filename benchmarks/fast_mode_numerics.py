@@ -32,7 +32,7 @@ def _line(c: dict) -> str:
     from graphfuse.triton.ops import attention_run as run
     from tests.gpu import test_attention_ws_gpu as cases
 
-    q, k, v, qs, ks, vs = cases._inputs(c)
+    q, k, v, qs, ks, vs = cases.ws_inputs(c)
     args = (q, k, v, qs, ks, vs, None, c["causal"], c["scale"], c["layout"], "fast")
     wide = attention_fp32(*args, compute_dtype=torch.float64).float()
     s_o = torch.tensor([wide.abs().max().item() / 448.0], device="cuda")
@@ -55,7 +55,7 @@ def main() -> int:
         raise SystemExit("benchmarks.fast_mode_numerics: no CUDA device")
     keys = ("b", "hq", "hkv", "sq", "skv", "d", "causal", "mem", "layout")
     for seed in (0, 1):
-        for c in cases._cases(6, seed):
+        for c in cases.ws_cases(6, seed):
             c = dict(c, dtype=FP8)
             print(seed, {x: c[x] for x in keys}, _line(c), flush=True)
     return 0

@@ -47,7 +47,10 @@ def ws_calls(monkeypatch):
     return calls
 
 
-def _inputs(c: dict):
+def ws_inputs(c: dict):
+    """Case ``c``'s q, k, v on CUDA (random, FP8 ones scaled by 64, in its memory layout) and
+    their dequant scales (None for 16-bit inputs). ``benchmarks.fast_mode_numerics`` runs the
+    same cases."""
     gen = torch.Generator().manual_seed(c["seed"])
 
     def one(h, s):
@@ -63,7 +66,9 @@ def _inputs(c: dict):
     return q, k, v, *s
 
 
-def _cases(n: int, seed: int):
+def ws_cases(n: int, seed: int):
+    """``n`` prefill cases (dicts: shapes, dtype, mask, layout, seed) drawn with ``seed``, for
+    ``ws_inputs``."""
     rng = random.Random(seed)
     print(f"seed={seed}")
     for _ in range(n):
@@ -106,7 +111,7 @@ def _run_case(c: dict, ws_calls: list) -> None:
     from graphfuse.ops._attention_args import out_shape
     from graphfuse.triton.ops import attention_run as run
 
-    q, k, v, qs, ks, vs = _inputs(c)
+    q, k, v, qs, ks, vs = ws_inputs(c)
     args = (q, k, v, qs, ks, vs, None, c["causal"], c["scale"], c["layout"], "default")
     wide = attention_fp32(*args, compute_dtype=torch.float64).float()
     shape = out_shape(c["layout"], c["b"], c["hq"], c["sq"], c["d"])
@@ -133,7 +138,7 @@ def _run_case(c: dict, ws_calls: list) -> None:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ws_matches_reference(seed: int, ws_calls: list) -> None:
-    for c in _cases(8, seed):
+    for c in ws_cases(8, seed):
         _run_case(c, ws_calls)
 
 
@@ -158,9 +163,9 @@ def test_ws_and_triton_kernel_agree(ws_calls: list) -> None:
     """The same call through both kernels (``WS`` off): 16-bit outputs within rounding."""
     from graphfuse.triton.ops import attention_run as run
 
-    c = next(_cases(1, 5))
+    c = next(ws_cases(1, 5))
     c.update(dtype=torch.bfloat16, sq=256, skv=256, causal="top_left", layout="bhsd", mem="bshd")
-    q, k, v, _, _, _ = _inputs(c)
+    q, k, v, _, _, _ = ws_inputs(c)
     args = (q, k, v, None, None, None, None, "top_left", None, "bhsd", "default")
     a = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
     b = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
@@ -179,7 +184,7 @@ def test_ws_cuda_graph(precision: str, ws_calls: list) -> None:
     c = dict(b=1, hq=8, hkv=2, sq=256, skv=256, d=128, dtype=torch.bfloat16, mem="bhsd", seed=3)
     if precision == "fast":
         c.update(dtype=FP8, mem="bshd", seed=9)
-    q, k, v, qs, ks, vs = _inputs(c)
+    q, k, v, qs, ks, vs = ws_inputs(c)
     args = (q, k, v, qs, ks, vs, None, "top_left", None, "bhsd", precision)
     s_o = torch.tensor([0.01], device="cuda")
     out = torch.empty(q.shape, dtype=FP8, device="cuda")
@@ -203,8 +208,8 @@ def test_ws_kv_in_different_memory_orders(first: str, ws_calls: list) -> None:
     from graphfuse.triton.ops import attention_run as run
 
     base = dict(b=2, hq=8, hkv=2, sq=256, skv=384, d=128, dtype=torch.bfloat16, seed=21)
-    q, k, v, _, _, _ = _inputs(dict(base, mem="bshd"))
-    _, k2, v2, *_ = _inputs(dict(base, mem="bhsd", seed=22))
+    q, k, v, _, _, _ = ws_inputs(dict(base, mem="bshd"))
+    _, k2, v2, *_ = ws_inputs(dict(base, mem="bhsd", seed=22))
     k, v = (k, v2) if first == "k" else (k2, v)  # ``first`` stays [B,S,H,D], the other not
     args = (q, k, v, None, None, None, None, "bottom_right", None, "bshd", "default")
     wide = attention_fp32(*args, compute_dtype=torch.float64).float()
@@ -224,7 +229,7 @@ def _run_fast_case(c: dict, ws_calls: list) -> None:
     from graphfuse.ops._attention_args import out_shape
     from graphfuse.triton.ops import attention_run as run
 
-    q, k, v, qs, ks, vs = _inputs(c)
+    q, k, v, qs, ks, vs = ws_inputs(c)
     args = (q, k, v, qs, ks, vs, None, c["causal"], c["scale"], c["layout"], "fast")
     wide = attention_fp32(*args, compute_dtype=torch.float64).float()
     amax = wide.abs().max().item()
@@ -257,7 +262,7 @@ def _run_fast_case(c: dict, ws_calls: list) -> None:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ws_fast_mode(seed: int, ws_calls: list) -> None:
-    for c in _cases(6, seed):
+    for c in ws_cases(6, seed):
         _run_fast_case(dict(c, dtype=FP8), ws_calls)
 
 
@@ -274,7 +279,7 @@ def test_fast_v_tiles_key_order() -> None:
 
     for mem in ("bhsd", "bshd", "k-major"):
         c = dict(b=2, hq=3, hkv=3, sq=128, skv=384, d=64, dtype=FP8, seed=5)
-        v = _inputs(dict(c, mem="bhsd" if mem == "k-major" else mem))[2]
+        v = ws_inputs(dict(c, mem="bhsd" if mem == "k-major" else mem))[2]
         if mem == "k-major":
             v = v.transpose(-1, -2).contiguous().transpose(-1, -2)
         got = torch.full(v.transpose(-1, -2).shape, 0xFF, dtype=torch.uint8, device="cuda")
