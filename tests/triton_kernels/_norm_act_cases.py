@@ -157,22 +157,30 @@ def norm_cases(seed: int, n: int, hidden=(64, 100, 4096, 5120), rows=(0, 1, 3, 7
         }  # fmt: skip
 
 
+def _nvfp4_norm_case(dtype=torch.bfloat16, **fields) -> dict:
+    """An NVFP4 RMSNorm case in the transformers spelling of a ``dtype`` model (the weight of
+    the input dtype, the norm rounded to it before the weight multiply), no residual, swizzled
+    scales, contiguous inputs without special values; ``fields`` set the rest and override."""
+    return {
+        "op": "norm", "fmt": "nvfp4", "dtype": dtype, "wdtype": dtype, "norm_dtype": None,
+        "weight_first": False, "residual": False, "swizzle": True, "layout": None,
+        "specials": False, **fields,
+    }  # fmt: skip
+
+
 def model_norm_cases(seed: int, hidden=(64, 100, 4096, 5120), rows=(1, 3, 130, 300)):
-    """The NVFP4 RMSNorm spellings of 16-bit transformers models (weight of the input dtype,
-    the norm rounded to it before the weight multiply), with and without the residual add:
-    the kernels' packed weight products (``normed_pairs``) run only for these, which the
+    """The NVFP4 RMSNorm spellings of 16-bit transformers models, with and without the residual
+    add: the kernels' packed weight products (``normed_pairs``) run only for these, which the
     random draw of ``norm_cases`` reaches in about one case in 36."""
     rng = random.Random(seed)
     for dtype in (torch.bfloat16, torch.float16):
         for residual in (False, True):
-            k = rng.choice([h for h in hidden if h % 16 == 0])
-            yield {
-                "op": "norm", "fmt": "nvfp4", "dtype": dtype, "wdtype": dtype, "k": k,
-                "rows": rng.choice([r for r in rows if r]), "norm_dtype": None,
-                "weight_first": False, "residual": residual, "swizzle": rng.random() < 0.6,
-                "layout": rng.choice([None, "rows"]), "specials": rng.random() < 0.25,
-                "seed": rng.randrange(1 << 30),
-            }  # fmt: skip
+            yield _nvfp4_norm_case(
+                dtype, k=rng.choice([h for h in hidden if h % 16 == 0]),
+                rows=rng.choice([r for r in rows if r]), residual=residual,
+                swizzle=rng.random() < 0.6, layout=rng.choice([None, "rows"]),
+                specials=rng.random() < 0.25, seed=rng.randrange(1 << 30),
+            )  # fmt: skip
 
 
 def many_rows_cases(seed: int, rows: int = 4 * 132 + 77):
@@ -180,12 +188,9 @@ def many_rows_cases(seed: int, rows: int = 4 * 132 + 77):
     (one program an SM here, ``programs_per_sm``, so that the case stays small): the programs
     loop over four or five rows, loading the next before computing the current; the rows end
     inside a swizzle tile."""
-    yield {
-        "op": "norm", "fmt": "nvfp4", "dtype": torch.bfloat16, "wdtype": torch.bfloat16,
-        "k": 64, "rows": rows, "norm_dtype": None, "weight_first": False, "residual": False,
-        "swizzle": True, "layout": None, "specials": False, "programs_per_sm": 1,
-        "seed": random.Random(seed).randrange(1 << 30),
-    }  # fmt: skip
+    yield _nvfp4_norm_case(
+        k=64, rows=rows, programs_per_sm=1, seed=random.Random(seed).randrange(1 << 30)
+    )
 
 
 def extreme_scale_cases(seed: int, hidden=(64, 100, 4096, 5120), inter=(64, 4096, 5120, 14336)):
@@ -195,13 +200,10 @@ def extreme_scale_cases(seed: int, hidden=(64, 100, 4096, 5120), inter=(64, 4096
     Their bytes must equal the reference's (``exact``)."""
     rng = random.Random(seed)
     for g in (float("inf"), 2.0**120):
-        yield {
-            "op": "norm", "fmt": "nvfp4", "dtype": torch.bfloat16, "wdtype": torch.bfloat16,
-            "k": rng.choice([h for h in hidden if h % 16 == 0]), "rows": 3, "norm_dtype": None,
-            "weight_first": False, "residual": rng.random() < 0.5, "swizzle": True,
-            "layout": None, "specials": False, "tiny": True, "global_scale": g,
-            "seed": rng.randrange(1 << 30),
-        }  # fmt: skip
+        yield _nvfp4_norm_case(
+            k=rng.choice([h for h in hidden if h % 16 == 0]), rows=3,
+            residual=rng.random() < 0.5, tiny=True, global_scale=g, seed=rng.randrange(1 << 30),
+        )  # fmt: skip
         yield {
             "op": "act", "fmt": "nvfp4", "dtype": torch.bfloat16,
             "k": rng.choice([i for i in inter if i % 16 == 0]), "rows": 3, "activation": "silu",
