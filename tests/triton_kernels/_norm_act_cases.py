@@ -184,12 +184,12 @@ def model_norm_cases(seed: int, hidden=(64, 100, 4096, 5120), rows=(1, 3, 130, 3
 
 
 def many_rows_cases(seed: int, rows: int = 4 * 132 + 77):
-    """NVFP4 RMSNorm (bf16, hidden 64) over more than four rows a program of its looping launch
-    (one program an SM here, ``programs_per_sm``, so that the case stays small): the programs
-    loop over four or five rows, loading the next before computing the current; the rows end
-    inside a swizzle tile."""
+    """NVFP4 RMSNorm (bf16, hidden 64: 4 warps) over more than four rows a program of its
+    looping launch (4 warps an SM here, ``loop_warps``: one program an SM, so that the case
+    stays small): the programs loop over four or five rows, loading the next before computing
+    the current; the rows end inside a swizzle tile."""
     yield _nvfp4_norm_case(
-        k=64, rows=rows, programs_per_sm=1, seed=random.Random(seed).randrange(1 << 30)
+        k=64, rows=rows, loop_warps=4, seed=random.Random(seed).randrange(1 << 30)
     )
 
 
@@ -254,16 +254,17 @@ def _global_scale(case: dict, wide: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def _programs_per_sm(n: int | None):
-    """The looping NVFP4 RMSNorm launch with ``n`` programs an SM inside (unchanged for None)."""
+def _loop_warps(n: int | None):
+    """The looping NVFP4 RMSNorm launch filling ``n`` warps an SM inside (unchanged for
+    None)."""
     from graphfuse.triton.norm_act import launch
 
-    old = launch.NORM_NVFP4_PROGRAMS_PER_SM
-    launch.NORM_NVFP4_PROGRAMS_PER_SM = n or old
+    old = launch.NORM_NVFP4_LOOP_WARPS
+    launch.NORM_NVFP4_LOOP_WARPS = n or old
     try:
         yield
     finally:
-        launch.NORM_NVFP4_PROGRAMS_PER_SM = old
+        launch.NORM_NVFP4_LOOP_WARPS = old
 
 
 def run_norm(case: dict, device: str) -> dict:
@@ -294,7 +295,7 @@ def run_norm(case: dict, device: str) -> dict:
         sw = case["swizzle"]
         packed = _poisoned((m, k // 2), torch.uint8, device, 0xA5)
         sf = _poisoned(nvfp4_scale_shape(m, k, sw), FP8, device, 0xFF)
-        with _programs_per_sm(case.get("programs_per_sm")):
+        with _loop_warps(case.get("loop_warps")):
             rms_norm_quant_nvfp4_into(xd, w.to(device), eps, g.to(device), packed, sf, nd, wf,
                                       sw, rd, h_out)  # fmt: skip
         want = _nvfp4_ref(z, g, sw)

@@ -27,9 +27,9 @@ CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
 NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
 ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
 PAD_WORDS = 2048  # 32-bit words of swizzle padding zeroed by one padding program (at most)
-# row programs an SM of the looping NVFP4 RMSNorm launch: as many as fit at once (sm_90, 4
-# warps: 95 registers a thread)
-NORM_NVFP4_PROGRAMS_PER_SM = 5
+# warps an SM the looping NVFP4 RMSNorm launch fills: 5 programs of 4 warps at hidden 4096
+# (sm_90: 95 registers a thread, so 5 fit), 2 of 8 from hidden 4097 (2 blocks a thread too)
+NORM_NVFP4_LOOP_WARPS = 20
 
 
 def _early(m: int, sms: int) -> bool:
@@ -63,15 +63,17 @@ def _norm_nvfp4_warps(nb: int, m: int, sms: int) -> int:
     return warps
 
 
-def _norm_nvfp4_loops(m: int, sms: int, residual: bool) -> bool:
-    """Whether the NVFP4 RMSNorm launch is ``NORM_NVFP4_PROGRAMS_PER_SM`` programs an SM that
-    loop over the rows, each loading its next row while it computes one (``LOOP``), rather
-    than a program a row. Only where each program gets more than four rows, and not with the
-    residual add. On an H100 at hidden 4096 without the residual (docs/serving.md): 1.08-1.10x
-    faster at T = 4096 (six rows a program), 1.06x at 8192, 1.03-1.04x at 16384, but 1.04x
-    slower at T = 1024 and 2048 (two and three rows a program); with the residual add (three
-    streams, near copy speed) 1.06x slower at T = 16384."""
-    return not residual and m > 4 * NORM_NVFP4_PROGRAMS_PER_SM * sms
+def _norm_nvfp4_row_programs(m: int, sms: int, warps: int, residual: bool) -> int:
+    """Row programs of the NVFP4 RMSNorm launch: ``m`` (a program a row), or where each
+    program would get more than four rows and there is no residual add, about
+    ``NORM_NVFP4_LOOP_WARPS`` warps an SM of programs that loop over the rows, each loading
+    its next row while it computes one (``LOOP``). On an H100 at hidden 4096 without the
+    residual (docs/serving.md): 1.08-1.10x faster at T = 4096 (six rows a program), 1.06x at
+    8192, 1.03-1.04x at 16384, but 1.04x slower at T = 1024 and 2048 (two and three rows a
+    program); with the residual add (three streams, near copy speed) 1.06x slower at
+    T = 16384."""
+    programs = max(1, NORM_NVFP4_LOOP_WARPS // warps) * sms
+    return programs if not residual and m > 4 * programs else m
 
 
 def _norm_nvfp4_regs(nb: int, warps: int, loop: bool) -> dict:
@@ -200,8 +202,8 @@ def rms_norm_quant_nvfp4_into(
     nb = triton.next_power_of_2(sshape[1])  # a row covers the padding block columns too
     sms = sm_count(x.device)
     warps = _norm_nvfp4_warps(nb, m, sms)
-    loop = _norm_nvfp4_loops(m, sms, residual is not None)
-    row_programs = NORM_NVFP4_PROGRAMS_PER_SM * sms if loop else m
+    row_programs = _norm_nvfp4_row_programs(m, sms, warps, residual is not None)
+    loop = row_programs < m
     rms_norm_nvfp4_kernel[(row_programs + _pad_programs(m, sshape[1], swizzle),)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         x2.stride(0), r2.stride(0), float(eps), row_programs, DT=TL_DTYPE[x.dtype],
