@@ -1,0 +1,34 @@
+"""The NVFP4 RMSNorm launch's shape from shapes only (``graphfuse/triton/norm_act/launch.py``,
+host side): warps per row program, and when its programs loop over rows (more than four rows
+a program, no residual add; about 20 warps an SM of programs, so they stay resident)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("triton")
+
+from graphfuse.triton.norm_act import launch  # noqa: E402
+
+SMS = 132
+
+
+@pytest.mark.parametrize(
+    "m, nb, residual, warps, programs",
+    [
+        (4096, 256, False, 4, 5 * SMS),  # hidden 4096: 5 looping programs of 4 warps an SM
+        (4096, 256, True, 4, 4096),  # the residual add: a program a row
+        (16384, 256, False, 4, 5 * SMS),
+        (2048, 256, False, 4, 2048),  # three rows a program: a program a row
+        (2641, 256, False, 4, 5 * SMS),  # just over four rows a program
+        (2640, 256, False, 4, 2640),
+        (16384, 512, False, 8, 2 * SMS),  # hidden 5120 / 8192: 2 programs of 8 warps an SM
+        (16384, 1024, False, 16, SMS),  # hidden 16384: 1 program of 16 warps an SM
+        (100, 256, False, 8, 100),  # a wave of rows: 8 warps, a program a row
+        (1, 256, False, 8, 1),
+    ],
+)
+def test_norm_nvfp4_launch(m: int, nb: int, residual: bool, warps: int, programs: int) -> None:
+    w = launch._norm_nvfp4_warps(nb, m, SMS)
+    assert w == warps
+    assert launch._norm_nvfp4_row_programs(m, SMS, w, residual) == programs
