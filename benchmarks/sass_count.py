@@ -52,17 +52,24 @@ _PREFILL_SCALARS = ("scale_bits", "G", "causal", "causal_off", "n_work")
 
 
 def _norm(dtype, residual: bool) -> dict:
+    """The NVFP4 RMSNorm kernel as its launcher runs it at hidden 4096 (256 blocks) over 16384
+    rows of 132 SMs: warps, ``LOOP``, ``EARLY`` and register cap from ``norm_act/launch.py``."""
+    from graphfuse.triton.norm_act import launch
+
+    m, nb, sms = 16384, 256, 132
+    warps = launch._norm_nvfp4_warps(nb, m, sms)
+    loop = launch._norm_nvfp4_row_programs(m, sms, warps, residual) < m
     sig = dict.fromkeys(_WORD_PTRS, "*i32")
     sig |= {"g_ptr": "*fp32", "packed_ptr": "*u8", "scale_ptr": "*u8", "M": "i32", "K": "i32",
             "KB_PAD": "i32", "sx": "i32", "sr": "i32", "eps": "fp32",
             "ROW_PROGRAMS": "i32"}  # fmt: skip
     const = {"DT": dtype, "W_DT": dtype, "HAS_RES": residual, "NORM_DT": dtype, "OUT_DT": dtype,
-             "WEIGHT_FIRST": False, "SWIZZLE": True, "EARLY": False, "LOOP": not residual,
-             "NB": 256}  # fmt: skip
+             "WEIGHT_FIRST": False, "SWIZZLE": True, "EARLY": launch._early(m, sms),
+             "LOOP": loop, "NB": nb}  # fmt: skip
     name = "add + RMSNorm + NVFP4" if residual else "RMSNorm + NVFP4"
-    options = {"num_warps": 4} if not residual else {"num_warps": 4, "maxnreg": 64}
+    options = {"num_warps": warps, **launch._norm_nvfp4_regs(nb, warps, loop)}
     return {"name": name, "kernel": "rms_norm_nvfp4_kernel", "sig": sig, "const": const,
-            "options": options, "values": 256 * 16 // 128}  # fmt: skip
+            "options": options, "values": nb * 16 // (32 * warps)}  # fmt: skip
 
 
 def _act(dtype) -> dict:
