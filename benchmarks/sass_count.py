@@ -73,12 +73,16 @@ def _norm(dtype, residual: bool) -> dict:
 
 
 def _act(dtype) -> dict:
+    """The NVFP4 SiLU-and-mul kernel with its launcher's blocks a program and warps."""
+    from graphfuse.triton.norm_act.launch import ACT_NVFP4_WARPS, NB_ACT
+
     sig = {"gate_ptr": "*i32", "up_ptr": "*i32", "g_ptr": "*fp32", "packed_ptr": "*u8",
            "scale_ptr": "*u8", "M": "i32", "K": "i32", "KB_PAD": "i32", "sg": "i32",
            "su": "i32"}  # fmt: skip
-    const = {"DT": dtype, "ACT": 0, "SWIZZLE": True, "NB": 64}
+    const = {"DT": dtype, "ACT": 0, "SWIZZLE": True, "NB": NB_ACT}
     return {"name": "SiLU-and-mul + NVFP4", "kernel": "act_and_mul_nvfp4_kernel", "sig": sig,
-            "const": const, "options": {"num_warps": 2}, "values": 64 * 16 // 64}  # fmt: skip
+            "const": const, "options": {"num_warps": ACT_NVFP4_WARPS},
+            "values": NB_ACT * 16 // (32 * ACT_NVFP4_WARPS)}  # fmt: skip
 
 
 def _compile(
