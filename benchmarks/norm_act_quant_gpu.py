@@ -12,7 +12,7 @@ once) and is set against a ``copy_`` of as many bytes, timed the same way (for s
 stay in L2). Targets (issue #27): at least 80% of copy bandwidth and at least 1.0x the
 compiled graph at every T (stretch 1.2x); NVFP4 within 1.1x of FP8.
 
-    python -m benchmarks.norm_act_quant_gpu [--tokens 1 16 128 1024 4096 16384] [--json PATH]
+    python -m benchmarks.norm_act_quant_gpu [--tokens 1 16 128 256 1024 4096 16384] [--json PATH]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from benchmarks.common import GraphTimer, print_table, result_path, write_json
 from benchmarks.norm_act_quant import HIDDEN, INTER, eager_fp8, llama_norm
 
 OPS = torch.ops.graphfuse
-TOKENS = [1, 16, 128, 1024, 4096, 16384]
+TOKENS = [1, 16, 128, 256, 1024, 4096, 16384]
 ROUNDS = 7
 EPS = 1e-6
 

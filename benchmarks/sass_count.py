@@ -11,8 +11,9 @@ specialisation (pointers, sizes and strides divisible by 16) of a real launch:
   ``EXIT``) and the values a thread holds on it. That code also holds what a row does not
   run: the division slow paths, and the side of the uniform branch on the global scale that
   scales the values before the encode (``g`` outside ``[2**-116, 2**118)``: one or two
-  multiplies a value; 75 of RMSNorm's 874), so a row issues about 790 (docs/serving.md, "Where
-  the NVFP4 kernels' time goes");
+  multiplies a value; 75 of RMSNorm's 807), so a row issues about 725 (docs/serving.md, "Where
+  the NVFP4 kernels' time goes"). The kernels are compiled for that hidden size (``K`` is a
+  compile-time constant, as the launchers pass it);
 - the warp-specialised Gluon prefill kernel (D=128) for each input / output pair: its
   instructions, tensor-core instructions (``HGMMA`` / ``QGMMA``), ``MUFU`` and shared
   memory (docs/gpu.md);
@@ -60,12 +61,11 @@ def _norm(dtype, residual: bool) -> dict:
     warps = launch._norm_nvfp4_warps(nb, m, sms)
     loop = launch._norm_nvfp4_row_programs(m, sms, warps, residual) < m
     sig = dict.fromkeys(_WORD_PTRS, "*i32")
-    sig |= {"g_ptr": "*fp32", "packed_ptr": "*u8", "scale_ptr": "*u8", "M": "i32", "K": "i32",
-            "KB_PAD": "i32", "sx": "i32", "sr": "i32", "eps": "fp32",
-            "ROW_PROGRAMS": "i32"}  # fmt: skip
-    const = {"DT": dtype, "W_DT": dtype, "HAS_RES": residual, "NORM_DT": dtype, "OUT_DT": dtype,
-             "WEIGHT_FIRST": False, "SWIZZLE": True, "EARLY": launch._early(m, sms),
-             "LOOP": loop, "NB": nb}  # fmt: skip
+    sig |= {"g_ptr": "*fp32", "packed_ptr": "*u8", "scale_ptr": "*u8", "M": "i32", "sx": "i32",
+            "sr": "i32", "eps": "fp32", "ROW_PROGRAMS": "i32"}  # fmt: skip
+    const = {"K": nb * 16, "KB_PAD": nb, "DT": dtype, "W_DT": dtype, "HAS_RES": residual,
+             "NORM_DT": dtype, "OUT_DT": dtype, "WEIGHT_FIRST": False, "SWIZZLE": True,
+             "EARLY": launch._early(m, sms), "LOOP": loop, "NB": nb}  # fmt: skip
     name = "add + RMSNorm + NVFP4" if residual else "RMSNorm + NVFP4"
     options = {"num_warps": warps, **launch._norm_nvfp4_regs(nb, warps, loop)}
     return {"name": name, "kernel": "rms_norm_nvfp4_kernel", "sig": sig, "const": const,
@@ -74,15 +74,17 @@ def _norm(dtype, residual: bool) -> dict:
 
 def _act(dtype) -> dict:
     """The NVFP4 SiLU-and-mul kernel with its launcher's blocks a program and warps."""
-    from graphfuse.triton.norm_act.launch import ACT_NVFP4_WARPS, NB_ACT
+    from graphfuse.triton.norm_act.launch import NB_ACT, _act_nvfp4_warps
 
+    inter = 14336
+    warps = _act_nvfp4_warps(16384 * (inter // 16 // NB_ACT), 132)  # 16384 rows, 132 SMs
     sig = {"gate_ptr": "*i32", "up_ptr": "*i32", "g_ptr": "*fp32", "packed_ptr": "*u8",
-           "scale_ptr": "*u8", "M": "i32", "K": "i32", "KB_PAD": "i32", "sg": "i32",
-           "su": "i32"}  # fmt: skip
-    const = {"DT": dtype, "ACT": 0, "SWIZZLE": True, "NB": NB_ACT}
+           "scale_ptr": "*u8", "M": "i32", "sg": "i32", "su": "i32"}  # fmt: skip
+    const = {"K": inter, "KB_PAD": inter // 16, "DT": dtype, "ACT": 0, "SWIZZLE": True,
+             "NB": NB_ACT}  # fmt: skip
     return {"name": "SiLU-and-mul + NVFP4", "kernel": "act_and_mul_nvfp4_kernel", "sig": sig,
-            "const": const, "options": {"num_warps": ACT_NVFP4_WARPS},
-            "values": NB_ACT * 16 // (32 * ACT_NVFP4_WARPS)}  # fmt: skip
+            "const": const, "options": {"num_warps": warps},
+            "values": NB_ACT * 16 // (32 * warps)}  # fmt: skip
 
 
 def _compile(

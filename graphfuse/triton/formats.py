@@ -184,11 +184,23 @@ def pack_e2m1(v):
 
 
 @triton.jit
+def swizzled_row_offset(m, n_ktiles):
+    """The part of ``swizzled_offset`` that depends on the row ``m`` only (a kernel that
+    stores the same block columns for many rows computes ``swizzled_col_offset`` once)."""
+    return (m // 128) * n_ktiles * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4
+
+
+@triton.jit
+def swizzled_col_offset(k):
+    """The part of ``swizzled_offset`` that depends on the block column ``k`` only."""
+    return (k // 4) * 512 + (k % 4)
+
+
+@triton.jit
 def swizzled_offset(m, k, n_ktiles):
-    """Flat byte offset of block scale (row m, block column k) in the swizzled layout."""
-    return (
-        ((m // 128) * n_ktiles + (k // 4)) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + (k % 4)
-    )
+    """Flat byte offset of block scale (row m, block column k) in the swizzled layout:
+    512-byte tiles of 128 rows x 4 block columns, ``n_ktiles`` tiles a row tile."""
+    return swizzled_row_offset(m, n_ktiles) + swizzled_col_offset(k)
 
 
 @triton.jit

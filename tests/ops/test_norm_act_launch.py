@@ -1,6 +1,7 @@
-"""The NVFP4 RMSNorm launch's shape from shapes only (``graphfuse/triton/norm_act/launch.py``,
-host side): warps per row program, and when its programs loop over rows (more than four rows
-a program, no residual add; about 20 warps an SM of programs, so they stay resident)."""
+"""The NVFP4 RMSNorm and act_and_mul launches' shapes from shapes only
+(``graphfuse/triton/norm_act/launch.py``, host side): warps per RMSNorm row program and when
+its programs loop over rows (more than four rows a program, no residual add; about 20 warps an
+SM of programs, so they stay resident); warps per act_and_mul program."""
 
 from __future__ import annotations
 
@@ -32,3 +33,17 @@ def test_norm_nvfp4_launch(m: int, nb: int, residual: bool, warps: int, programs
     w = launch._norm_nvfp4_warps(nb, m, SMS)
     assert w == warps
     assert launch._norm_nvfp4_row_programs(m, SMS, w, residual) == programs
+
+
+@pytest.mark.parametrize(
+    "programs, warps",
+    [
+        (14, 4),  # T = 1, intermediate 14336: 14 programs, a latency-bound launch
+        (16 * 14, 4),  # T = 16
+        (2 * SMS, 4),
+        (2 * SMS + 1, 2),
+        (128 * 14, 2),  # T = 128: a thread a whole block
+    ],
+)
+def test_act_nvfp4_warps(programs: int, warps: int) -> None:
+    assert launch._act_nvfp4_warps(programs, SMS) == warps

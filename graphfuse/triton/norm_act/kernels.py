@@ -10,6 +10,11 @@ two squares into one multiply-add, the activations' ``exp`` and division are the
 ``div_rn`` made the SiLU kernels compute-bound on the H200), and the NVFP4 encode multiplier
 is the attention epilogues' (``formats.nvfp4_block_scale``).
 
+The RMSNorm kernels and the NVFP4 act_and_mul kernel take the row length ``K`` as a
+compile-time constant (a compile a hidden size): address arithmetic folds, a power-of-two
+``K``'s mean is a multiply, and where the tile covers the row exactly no load or store is
+masked by column.
+
 The NVFP4 kernels read their inputs two elements per word (``split_pairs``: int32 words of
 16-bit floats, int64 words of fp32), so an NVFP4 block's 16 values are 8 words of a
 ``[blocks, 8]`` tile and each packed byte is the two halves of one word: the block amax is a
@@ -29,7 +34,8 @@ from ..formats import (
     nan_max,
     nvfp4_block_scale,
     scaled_for_e2m1,
-    swizzled_offset,
+    swizzled_col_offset,
+    swizzled_row_offset,
     zero_sf_pad,
 )
 
@@ -139,18 +145,20 @@ def _unanalysed(x):
 
 @triton.jit
 def store_nvfp4_pairs(
-    ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE: tl.constexpr
+    ze, zo, row, kb, K: tl.constexpr, KB_PAD: tl.constexpr, g, packed_ptr, scale_ptr,
+    SWIZZLE: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
     """NVFP4 of the even / odd values ``ze`` / ``zo`` (fp32 ``[NB, 8]``: block columns ``kb``
     of row ``row``) with the attention epilogues' block scale (``nvfp4_block_scale``: the
     scale byte of ``quant_ref.nvfp4_quant_ref``, the encode multiplier within about 2 ulp of
     its ``1 / (sf / g)``): stores the packed bytes of the real block columns (< K/16) and
     their scale bytes, with ``SWIZZLE`` also zeros in the layout's padding columns (up to
-    ``KB_PAD``). Each value's product with the multiplier is rounded once, to its e2m1 code
-    (``e2m1_byte_of_products``), for global scales in ``[2**-116, 2**118)``; outside them it
-    is rounded to fp32 first, and a multiplier clamped to FLT_MAX (a global scale of
-    ``2**118`` or more) still sends every nonzero value to +-6 and keeps +-0, as the
-    reference's infinite one does (``scaled_for_e2m1``)."""
+    ``KB_PAD``); ``FULL``: every column of ``kb`` is real (no masks). Each value's product
+    with the multiplier is rounded once, to its e2m1 code (``e2m1_byte_of_products``), for
+    global scales in ``[2**-116, 2**118)``; outside them it is rounded to fp32 first, and a
+    multiplier clamped to FLT_MAX (a global scale of ``2**118`` or more) still sends every
+    nonzero value to +-6 and keeps +-0, as the reference's infinite one does
+    (``scaled_for_e2m1``)."""
     inv, sbits = nvfp4_block_scale(nan_max(amax_along(ze, 1), amax_along(zo, 1)), g)
     k = inv[:, None]
     if (g < _G_FUSED_MIN) | (g >= _G_FUSED_END):
@@ -158,17 +166,21 @@ def store_nvfp4_pairs(
         ze = scaled_for_e2m1(ze, k, big, g)
         zo = scaled_for_e2m1(zo, k, big, g)
         k = tl.full(k.shape, 1.0, tl.float32)
-    packed = e2m1_byte_of_products(ze, zo, k)
+    packed = e2m1_byte_of_products(ze, zo, k).to(tl.uint8)
     row64 = row.to(tl.int64)
-    real = kb < K // 16
     pcols = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-    tl.store(packed_ptr + row64 * (K // 2) + pcols, packed.to(tl.uint8), mask=real[:, None])
-    sbits = tl.where(real, sbits, 0).to(tl.uint8)
     if SWIZZLE:
-        kb = _unanalysed(kb)
-        tl.store(scale_ptr + swizzled_offset(row64, kb, KB_PAD // 4), sbits, mask=kb < KB_PAD)
+        soff = swizzled_row_offset(row64, KB_PAD // 4) + swizzled_col_offset(_unanalysed(kb))
     else:
-        tl.store(scale_ptr + row64 * (K // 16) + kb, sbits, mask=real)
+        soff = row64 * (K // 16) + kb
+    if FULL:
+        tl.store(packed_ptr + row64 * (K // 2) + pcols, packed)
+        tl.store(scale_ptr + soff, sbits.to(tl.uint8))
+    else:
+        real = kb < K // 16
+        tl.store(packed_ptr + row64 * (K // 2) + pcols, packed, mask=real[:, None])
+        sbits = tl.where(real, sbits, 0).to(tl.uint8)
+        tl.store(scale_ptr + soff, sbits, mask=(kb < KB_PAD) if SWIZZLE else real)
 
 
 @triton.jit
@@ -257,15 +269,20 @@ def normed_pairs(
 
 
 @triton.jit
-def inv_rms(sum_sq, K, eps):
-    """``1 / sqrt(sum_sq / K + eps)``, both divisions and the root correctly rounded."""
-    mean = tl.math.div_rn(sum_sq, tl.cast(K, tl.float32))
+def inv_rms(sum_sq, K: tl.constexpr, eps):
+    """``1 / sqrt(sum_sq / K + eps)``, both divisions and the root correctly rounded (the
+    division by a power-of-two ``K`` a multiply by ``1 / K``: the same exact quotient, rounded
+    once)."""
+    if K & (K - 1) == 0:
+        mean = sum_sq * (1.0 / K)
+    else:
+        mean = tl.math.div_rn(sum_sq, tl.cast(K, tl.float32))
     return tl.math.div_rn(1.0, tl.math.sqrt_rn(mean + eps))
 
 
 @triton.jit
 def rms_norm_fp8_kernel(
-    x_ptr, res_ptr, res_out_ptr, w_ptr, s_ptr, out_ptr, K, sx, sr, eps,
+    x_ptr, res_ptr, res_out_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, sx, sr, eps,
     HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
     WEIGHT_FIRST: tl.constexpr, EARLY: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
@@ -299,14 +316,13 @@ def rms_norm_fp8_kernel(
 
 
 @triton.jit
-def _row_words(x_ptr, res_ptr, row, M, sx, sr, words, mask, HAS_RES: tl.constexpr):
-    """Row ``row``'s x words and residual words (x's again without a residual); nothing is
-    read for a row from ``M`` on."""
+def _row_words(x_ptr, res_ptr, row, sx, sr, words, live, other, HAS_RES: tl.constexpr):
+    """Row ``row``'s x words and residual words (x's again without a residual), loaded where
+    ``live`` (None: everywhere) with ``other`` elsewhere."""
     row64 = row.to(tl.int64)
-    live = mask & (row < M)
-    xw = tl.load(x_ptr + row64 * sx + words, mask=live, other=0)
+    xw = tl.load(x_ptr + row64 * sx + words, mask=live, other=other)
     if HAS_RES:
-        rw = tl.load(res_ptr + row64 * sr + words, mask=live, other=0)
+        rw = tl.load(res_ptr + row64 * sr + words, mask=live, other=other)
     else:
         rw = xw
     return xw, rw
@@ -314,14 +330,14 @@ def _row_words(x_ptr, res_ptr, row, M, sx, sr, words, mask, HAS_RES: tl.constexp
 
 @triton.jit
 def _rms_norm_nvfp4_row(
-    xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask, K, KB_PAD,
-    eps, DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr, NORM_DT: tl.constexpr,
-    OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr,
-    EARLY: tl.constexpr,
+    xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask,
+    K: tl.constexpr, KB_PAD: tl.constexpr, eps, DT: tl.constexpr, W_DT: tl.constexpr,
+    HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, EARLY: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
     """``rms_norm_nvfp4_kernel``'s work on row ``row`` (x words ``xw``, residual words ``rw``,
     global scale ``g``): with ``EARLY`` the weight words are ``ww``, else they are read here,
-    after the reduction."""
+    after the reduction. ``mask`` is the real words (None where ``FULL``: all of them)."""
     if HAS_RES:
         if DT.primitive_bitwidth == 16:
             hw = _packed_sums(xw, rw, DT)
@@ -336,20 +352,22 @@ def _rms_norm_nvfp4_row(
         ve, vo = split_pairs_f32(xw, DT)
     r = inv_rms(tl.sum(tl.sum(tl.fma(ve, ve, vo * vo), axis=1), axis=0), K, eps)
     if not EARLY:
-        ww = tl.load(w_ptr + words, mask=mask, other=0)
+        ww = tl.load(w_ptr + words, mask=mask, other=None if FULL else 0)
     ze, zo = normed_pairs(ve, vo, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
+    store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)
 
 
 @triton.jit
 def rms_norm_nvfp4_kernel(
-    x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sx, sr, eps,
-    ROW_PROGRAMS, DT: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr,
-    NORM_DT: tl.constexpr, OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
-    SWIZZLE: tl.constexpr, EARLY: tl.constexpr, LOOP: tl.constexpr, NB: tl.constexpr,
+    x_ptr, res_ptr, res_out_ptr, w_ptr, g_ptr, packed_ptr, scale_ptr, M, K: tl.constexpr,
+    KB_PAD: tl.constexpr, sx, sr, eps, ROW_PROGRAMS, DT: tl.constexpr, W_DT: tl.constexpr,
+    HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, EARLY: tl.constexpr, LOOP: tl.constexpr,
+    NB: tl.constexpr,
 ):  # fmt: skip
     """The rows as ``[NB, 8]`` words (x, residual and weight through ``split_pairs``; strides
-    in words), RMSNorm as ``rms_norm_fp8_kernel`` computes it, then NVFP4 of the row.
+    in words), RMSNorm as ``rms_norm_fp8_kernel`` computes it, then NVFP4 of the row. Where
+    ``NB`` blocks are the row's (``K = 16 NB``) no load or store is masked by column.
 
     Program ``p < ROW_PROGRAMS`` takes rows ``p, p + ROW_PROGRAMS, ...`` below ``M``: one row
     without ``LOOP`` (``ROW_PROGRAMS = M``; ``EARLY`` as in ``rms_norm_fp8_kernel``); with
@@ -365,32 +383,38 @@ def rms_norm_nvfp4_kernel(
                 NB * 8,
             )  # fmt: skip
     else:
+        FULL: tl.constexpr = K == NB * 16
         kb = tl.arange(0, NB)
         words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-        mask = kb[:, None] < K // 16
-        xw, rw = _row_words(x_ptr, res_ptr, pid, M, sx, sr, words, mask, HAS_RES)
+        if FULL:
+            mask = None
+            other = None
+        else:
+            mask = kb[:, None] < K // 16
+            other = 0
+        xw, rw = _row_words(x_ptr, res_ptr, pid, sx, sr, words, mask, other, HAS_RES)
         if EARLY or LOOP:
-            ww = tl.load(w_ptr + words, mask=mask, other=0)
+            ww = tl.load(w_ptr + words, mask=mask, other=other)
         else:
             ww = xw  # read after the reduction (``_rms_norm_nvfp4_row``)
         g = tl.load(g_ptr).to(tl.float32)
         if LOOP:
             for i in tl.range(0, tl.cdiv(M - pid, ROW_PROGRAMS), num_stages=1):
                 row = pid + i * ROW_PROGRAMS
-                xn, rn = _row_words(
-                    x_ptr, res_ptr, row + ROW_PROGRAMS, M, sx, sr, words, mask, HAS_RES
-                )
+                # past the last row, row M - 1 again (an L2 hit; no predicated loads to zero)
+                nxt = tl.minimum(row + ROW_PROGRAMS, M - 1)
+                xn, rn = _row_words(x_ptr, res_ptr, nxt, sx, sr, words, mask, other, HAS_RES)
                 _rms_norm_nvfp4_row(
                     xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words,
                     mask, K, KB_PAD, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST,
-                    SWIZZLE, True,
+                    SWIZZLE, True, FULL,
                 )  # fmt: skip
                 xw, rw = xn, rn
         else:
             _rms_norm_nvfp4_row(
                 xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, pid, kb, words, mask,
                 K, KB_PAD, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE,
-                EARLY,
+                EARLY, FULL,
             )  # fmt: skip
 
 
@@ -434,31 +458,15 @@ def act_and_mul_fp8_kernel(
 
 
 @triton.jit
-def _act_and_mul_nvfp4_chunk(
-    gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sg, su,
-    DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
-):  # fmt: skip
-    """``act_and_mul_nvfp4_kernel``'s work on block chunk ``program_id(1)`` of row ``row``."""
-    kb = tl.program_id(1) * NB + tl.arange(0, NB)
-    words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-    row64 = row.to(tl.int64)
-    mask = kb[:, None] < K // 16
-    ge, go = split_pairs_f32(tl.load(gate_ptr + row64 * sg + words, mask=mask, other=0), DT)
-    uw = tl.load(up_ptr + row64 * su + words, mask=mask, other=0)
-    pe, po = act_and_mul_pairs(ge, go, uw, DT, ACT)
-    g = tl.load(g_ptr).to(tl.float32)
-    store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE)
-
-
-@triton.jit
 def act_and_mul_nvfp4_kernel(
-    gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K, KB_PAD, sg, su,
-    DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
+    gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K: tl.constexpr, KB_PAD: tl.constexpr,
+    sg, su, DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
     """Program (row < M, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
-    one row, read as ``[NB, 8]`` words (strides in words); with ``SWIZZLE`` the chunks also
-    cover the padding block columns (zero scales), and the programs of rows from ``M`` on (the
-    launcher adds them where M is not a multiple of 128) zero the layout's padding rows."""
+    one row, read as ``[NB, 8]`` words (strides in words); no masks where the chunks tile the
+    row's blocks exactly. With ``SWIZZLE`` the chunks also cover the padding block columns
+    (zero scales), and the programs of rows from ``M`` on (the launcher adds them where M is
+    not a multiple of 128) zero the layout's padding rows."""
     row = tl.program_id(0)
     if row >= M:
         if SWIZZLE:
@@ -466,7 +474,19 @@ def act_and_mul_nvfp4_kernel(
             nprog = (tl.num_programs(0) - M) * tl.num_programs(1)
             zero_sf_pad(scale_ptr, M, KB_PAD, pid, nprog, NB * 8)
     else:
-        _act_and_mul_nvfp4_chunk(
-            gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, row, K, KB_PAD, sg, su, DT, ACT,
-            SWIZZLE, NB,
-        )  # fmt: skip
+        FULL: tl.constexpr = (KB_PAD == K // 16) & ((K // 16) % NB == 0)
+        kb = tl.program_id(1) * NB + tl.arange(0, NB)
+        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+        if FULL:
+            mask = None
+            other = None
+        else:
+            mask = kb[:, None] < K // 16
+            other = 0
+        row64 = row.to(tl.int64)
+        gw = tl.load(gate_ptr + row64 * sg + words, mask=mask, other=other)
+        uw = tl.load(up_ptr + row64 * su + words, mask=mask, other=other)
+        ge, go = split_pairs_f32(gw, DT)
+        pe, po = act_and_mul_pairs(ge, go, uw, DT, ACT)
+        g = tl.load(g_ptr).to(tl.float32)
+        store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)

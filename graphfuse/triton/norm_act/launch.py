@@ -25,7 +25,6 @@ FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 ACTIVATIONS = {"silu": SILU.value, "gelu_tanh": GELU_TANH.value}
 CHUNK = 1024  # columns a program of the FP8 act_and_mul kernel
 NB_ACT = 64  # NVFP4 blocks (1024 columns) a program of the NVFP4 act_and_mul kernel
-ACT_NVFP4_WARPS = 2  # 16 values (one whole block) a thread: no cross-thread block amax
 PAD_WORDS = 2048  # 32-bit words of swizzle padding zeroed by one padding program (at most)
 # warps an SM the looping NVFP4 RMSNorm launch fills: 5 programs of 4 warps at hidden 4096
 # (sm_90: 95 registers a thread, so 5 fit), 2 of 8 from hidden 4097 (2 blocks a thread too)
@@ -47,6 +46,16 @@ def _pad_programs(m: int, kb_pad: int, swizzle: bool) -> int:
     if not swizzle or m % 128 == 0:
         return 0
     return triton.cdiv(kb_pad // 4 * 128, PAD_WORDS)
+
+
+def _act_nvfp4_warps(programs: int, sms: int) -> int:
+    """Warps of an NVFP4 act_and_mul program (``NB_ACT`` blocks): 2, so a thread holds one
+    whole block (16 values: no cross-thread block amax, fewest instructions a value), but 4
+    (half a block a thread) where the launch has at most two programs an SM: there a thread's
+    instructions are the kernel's latency, not its throughput (on an H100 at T = 1 and 16,
+    intermediate 14336: 1.64 against 1.96 µs, 2.04 against 2.15; from T = 128 2 warps are
+    faster, docs/serving.md)."""
+    return 4 if programs <= 2 * sms else 2
 
 
 def _norm_nvfp4_warps(nb: int, m: int, sms: int) -> int:
@@ -268,5 +277,5 @@ def act_and_mul_quant_nvfp4_into(
     act_and_mul_nvfp4_kernel[(m + pad_rows, chunks)](
         g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         g2.stride(0), u2.stride(0), DT=TL_DTYPE[gate.dtype], ACT=act, SWIZZLE=bool(swizzle),
-        NB=nb, num_warps=ACT_NVFP4_WARPS, **_EXACT,
+        NB=nb, num_warps=_act_nvfp4_warps(m * chunks, sm_count(gate.device)), **_EXACT,
     )  # fmt: skip
