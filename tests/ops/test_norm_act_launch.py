@@ -1,7 +1,8 @@
 """The NVFP4 RMSNorm and act_and_mul launches' shapes from shapes only
 (``graphfuse/triton/norm_act/launch.py``, host side): warps per RMSNorm row program and when
 its programs loop over rows (more than four rows a program, no residual add; about 20 warps an
-SM of programs, so they stay resident); warps per act_and_mul program."""
+SM of programs, so they stay resident); warps per act_and_mul program; when the RMSNorm
+kernels load the weight with the row."""
 
 from __future__ import annotations
 
@@ -47,3 +48,10 @@ def test_norm_nvfp4_launch(m: int, nb: int, residual: bool, warps: int, programs
 )
 def test_act_nvfp4_warps(programs: int, warps: int) -> None:
     assert launch._act_nvfp4_warps(programs, SMS) == warps
+
+
+@pytest.mark.parametrize(
+    "m, early", [(1, True), (2 * SMS, True), (2 * SMS + 1, False), (4096, False)]
+)
+def test_norm_early_weight(m: int, early: bool) -> None:
+    assert launch._early(m, SMS) is early

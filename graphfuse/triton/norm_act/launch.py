@@ -33,10 +33,12 @@ NORM_NVFP4_LOOP_WARPS = 20
 
 def _early(m: int, sms: int) -> bool:
     """Whether the norm kernels load the weight with the row, before the reduction: where the
-    rows fit in one wave (at most one an SM) a row's latency is the kernel's, and the weight's
+    rows fit in one wave (at most two an SM) a row's latency is the kernel's, and the weight's
     load then overlaps the row's; with more rows the early weight costs registers the other
-    rows' programs need (docs/serving.md has the measurements)."""
-    return m <= sms
+    rows' programs need (docs/serving.md has the measurements: on an H100 at T = 256 the early
+    weight was 1.02-1.03x faster for all four RMSNorm ops, at T = 512 0.97-1.01x, at 1024
+    0.87-0.98x)."""
+    return m <= 2 * sms
 
 
 def _pad_programs(m: int, kb_pad: int, swizzle: bool) -> int:
