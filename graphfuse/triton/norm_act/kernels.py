@@ -386,12 +386,8 @@ def rms_norm_nvfp4_kernel(
         FULL: tl.constexpr = K == NB * 16
         kb = tl.arange(0, NB)
         words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-        if FULL:
-            mask = None
-            other = None
-        else:
-            mask = kb[:, None] < K // 16
-            other = 0
+        mask = None if FULL else kb[:, None] < K // 16
+        other = None if FULL else 0
         xw, rw = _row_words(x_ptr, res_ptr, pid, sx, sr, words, mask, other, HAS_RES)
         if EARLY or LOOP:
             ww = tl.load(w_ptr + words, mask=mask, other=other)
@@ -477,12 +473,8 @@ def act_and_mul_nvfp4_kernel(
         FULL: tl.constexpr = (KB_PAD == K // 16) & ((K // 16) % NB == 0)
         kb = tl.program_id(1) * NB + tl.arange(0, NB)
         words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-        if FULL:
-            mask = None
-            other = None
-        else:
-            mask = kb[:, None] < K // 16
-            other = 0
+        mask = None if FULL else kb[:, None] < K // 16
+        other = None if FULL else 0
         row64 = row.to(tl.int64)
         gw = tl.load(gate_ptr + row64 * sg + words, mask=mask, other=other)
         uw = tl.load(up_ptr + row64 * su + words, mask=mask, other=other)
