@@ -9,7 +9,6 @@ CUDA-graph capture + replay.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import triton
@@ -17,6 +16,7 @@ import triton.language as tl
 
 import graphfuse  # noqa: F401  (registers the ops and their lazy CUDA impls)
 from graphfuse.ops import norm_act_ref as R
+from graphfuse.ops import quant_ref
 from graphfuse.triton.formats import e2m1_byte_of_products
 
 from ..triton_kernels._norm_act_cases import failures, fp8_stats, nvfp4_stats, run_all, same_float
@@ -161,15 +161,6 @@ def _products_kernel(X, K, BYTE, N, BLOCK: tl.constexpr):
     tl.store(BYTE + pairs, e2m1_byte_of_products(lo, hi, k).to(tl.uint8), mask=m)
 
 
-def _codes_of_exact_products(x: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """docs/numerics.md's e2m1 codes (rne, saturating at 6) of the exact products ``x * k``
-    (fp32 operands: their float64 product is exact)."""
-    p = x.astype(np.float64) * k.astype(np.float64)
-    a = np.abs(p)
-    mag = np.minimum.reduce([np.rint(2 * a), np.rint(a) + 2, np.rint(a / 2) + 4, a * 0 + 7])
-    return mag.astype(np.uint8) | (np.signbit(p) * 8).astype(np.uint8)
-
-
 def test_e2m1_byte_of_products_rounds_the_exact_product() -> None:
     """``e2m1_byte_of_products`` (the NVFP4 norm / act encode) gives the codes of the exact
     products ``x * k``, rounded once: values placed within a few ulp of each e2m1 tie for
@@ -188,6 +179,7 @@ def test_e2m1_byte_of_products_rounds_the_exact_product() -> None:
     x = torch.where(torch.rand(n, generator=gen) < 0.5, -x, x)
     packed = torch.full((n // 2,), 0xA5, dtype=torch.uint8, device="cuda")
     _products_kernel[(triton.cdiv(n // 2, 1024),)](x.cuda(), k.cuda(), packed, n, BLOCK=1024)
-    codes = _codes_of_exact_products(x.numpy(), k.repeat_interleave(2).numpy())
-    want = torch.from_numpy(codes[0::2] | (codes[1::2] << 4))
+    # the reference codes of the exact products (fp32 operands: their float64 product is exact)
+    codes = quant_ref.e2m1_codes(x.double() * k.repeat_interleave(2).double())
+    want = codes[0::2] | (codes[1::2] << 4)
     assert torch.equal(packed.cpu(), want)
