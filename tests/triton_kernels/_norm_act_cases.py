@@ -184,13 +184,14 @@ def model_norm_cases(seed: int, hidden=(64, 100, 4096, 5120), rows=(1, 3, 130, 3
 
 
 def many_rows_cases(seed: int, rows: int = 4 * 132 + 77):
-    """NVFP4 RMSNorm (bf16, hidden 64: 4 warps) over more than four rows a program of its
-    looping launch (4 warps an SM here, ``loop_warps``: one program an SM, so that the case
-    stays small): the programs loop over four or five rows, loading the next before computing
-    the current; the rows end inside a swizzle tile."""
-    yield _nvfp4_norm_case(
-        k=64, rows=rows, loop_warps=4, seed=random.Random(seed).randrange(1 << 30)
-    )
+    """NVFP4 RMSNorm (bf16, 4 warps) over more than four rows a program of its looping launch
+    (4 warps an SM here, ``loop_warps``: one program an SM, so that the case stays small): the
+    programs loop over four or five rows, loading the next before computing the current; the
+    rows end inside a swizzle tile. Hidden 64 (the row is the tile: no column masks) and 80
+    (5 of the tile's 8 blocks real: masked loads, padding scale columns)."""
+    rng = random.Random(seed)
+    for k in (64, 80):
+        yield _nvfp4_norm_case(k=k, rows=rows, loop_warps=4, seed=rng.randrange(1 << 30))
 
 
 def extreme_scale_cases(seed: int, hidden=(64, 100, 4096, 5120), inter=(64, 4096, 5120, 14336)):
