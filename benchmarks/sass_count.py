@@ -65,7 +65,7 @@ def _norm(dtype, residual: bool) -> dict:
             "sr": "i32", "eps": "fp32", "ROW_PROGRAMS": "i32"}  # fmt: skip
     const = {"K": nb * 16, "KB_PAD": nb, "DT": dtype, "W_DT": dtype, "HAS_RES": residual,
              "NORM_DT": dtype, "OUT_DT": dtype, "WEIGHT_FIRST": False, "SWIZZLE": True,
-             "EARLY": launch._early(m, sms), "LOOP": loop, "NB": nb}  # fmt: skip
+             "EARLY": launch._early(m, sms), "LOOP": loop, "NB": nb, "PARTS": 1}  # fmt: skip
     name = "add + RMSNorm + NVFP4" if residual else "RMSNorm + NVFP4"
     options = {"num_warps": warps, **launch._norm_nvfp4_regs(nb, warps, loop)}
     return {"name": name, "kernel": "rms_norm_nvfp4_kernel", "sig": sig, "const": const,

@@ -194,6 +194,19 @@ def many_rows_cases(seed: int, rows: int = 4 * 132 + 77):
         yield _nvfp4_norm_case(k=k, rows=rows, loop_warps=4, seed=rng.randrange(1 << 30))
 
 
+def split_row_cases(seed: int):
+    """NVFP4 RMSNorm over few rows of a large hidden size, where the launcher splits each row
+    over several programs by block columns (``launch._norm_nvfp4_parts``): hidden 1024 (2
+    programs a row, the row is the tile) and 1040 (65 blocks: 4 programs a row of 32 block
+    columns, the last ones masked or swizzle padding), with and without the residual add."""
+    rng = random.Random(seed)
+    for k, rows, residual in ((1024, 5, False), (1040, 3, True), (1040, 2, False)):
+        yield _nvfp4_norm_case(
+            k=k, rows=rows, residual=residual, swizzle=k == 1040 or rng.random() < 0.5,
+            seed=rng.randrange(1 << 30),
+        )  # fmt: skip
+
+
 def extreme_scale_cases(seed: int, hidden=(64, 100, 4096, 5120), inter=(64, 4096, 5120, 14336)):
     """NVFP4 RMSNorm and SiLU-and-mul (bf16) at global scales of ``2**118`` or more, where an
     encode multiplier can overflow (``inf``: it always does), with about 2% of the inputs at
@@ -379,14 +392,15 @@ def failures(st: dict) -> list[str]:
 
 def run_all(seed: int, n: int, device: str, **sizes) -> list[dict]:
     """Every case of ``seed`` (the 4 model RMSNorm spellings, the 4 extreme global scales,
-    the many-row RMSNorm, ``n`` RMSNorm and ``n`` act_and_mul, then the exp range): a
-    record per case with its statistics and ``error``: the broken rules, "" when none."""
+    the many-row and the split-row RMSNorm, ``n`` RMSNorm and ``n`` act_and_mul, then the exp
+    range): a record per case with its statistics and ``error``: the broken rules, "" when
+    none."""
     records = []
     norm_kw = {k: v for k, v in sizes.items() if k in ("hidden", "rows")}
     act_kw = {k: v for k, v in sizes.items() if k in ("inter", "rows")}
     extreme_kw = {k: v for k, v in sizes.items() if k in ("hidden", "inter")}
     cases = [*model_norm_cases(seed, **norm_kw), *extreme_scale_cases(seed, **extreme_kw),
-             *many_rows_cases(seed), *norm_cases(seed, n, **norm_kw),
+             *many_rows_cases(seed), *split_row_cases(seed), *norm_cases(seed, n, **norm_kw),
              *act_cases(seed + 1, n, **act_kw)]  # fmt: skip
     for case in cases:
         st = (run_norm if case["op"] == "norm" else run_act)(case, device)

@@ -18,4 +18,4 @@ N = 10  # cases per op family
 def test_norm_act_kernels_interpreted(seed: int) -> None:
     records = interpret("tests.triton_kernels._norm_act_cases", "--device", "cpu", "--small",
                         "--n", str(N), "--seed", str(seed), timeout=900)  # fmt: skip
-    assert records[-1]["summary"]["cases"] == 4 + 4 + 2 + 2 * N + 6
+    assert records[-1]["summary"]["cases"] == 4 + 4 + 2 + 3 + 2 * N + 6

@@ -329,15 +329,9 @@ def _row_words(x_ptr, res_ptr, row, sx, sr, words, live, other, HAS_RES: tl.cons
 
 
 @triton.jit
-def _rms_norm_nvfp4_row(
-    xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask,
-    K: tl.constexpr, KB_PAD: tl.constexpr, eps, DT: tl.constexpr, W_DT: tl.constexpr,
-    HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
-    WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, EARLY: tl.constexpr, FULL: tl.constexpr,
-):  # fmt: skip
-    """``rms_norm_nvfp4_kernel``'s work on row ``row`` (x words ``xw``, residual words ``rw``,
-    global scale ``g``): with ``EARLY`` the weight words are ``ww``, else they are read here,
-    after the reduction. ``mask`` is the real words (None where ``FULL``: all of them)."""
+def _row_values(xw, rw, DT: tl.constexpr, HAS_RES: tl.constexpr):
+    """The normalised row's input words and their even / odd values in fp32: the x words
+    ``xw``, or with ``HAS_RES`` the words of ``x + residual`` (``rw``) rounded to ``DT``."""
     if HAS_RES:
         if DT.primitive_bitwidth == 16:
             hw = _packed_sums(xw, rw, DT)
@@ -347,14 +341,52 @@ def _rms_norm_nvfp4_row(
             re, ro = split_pairs(rw, DT)
             ve, vo = xe + re, xo + ro
             hw = join_pairs(ve, vo, DT)
-        tl.store(res_out_ptr + row.to(tl.int64) * (K // 2) + words, hw, mask=mask)
     else:
+        hw = xw
         ve, vo = split_pairs_f32(xw, DT)
-    r = inv_rms(tl.sum(tl.sum(tl.fma(ve, ve, vo * vo), axis=1), axis=0), K, eps)
-    if not EARLY:
-        ww = tl.load(w_ptr + words, mask=mask, other=None if FULL else 0)
+    return hw, ve, vo
+
+
+@triton.jit
+def _row_inv_rms(ve, vo, K: tl.constexpr, eps):
+    """``inv_rms`` of a row's even / odd values (``[NB, 8]``; zeros past the row)."""
+    return inv_rms(tl.sum(tl.sum(tl.fma(ve, ve, vo * vo), axis=1), axis=0), K, eps)
+
+
+@triton.jit
+def _rms_norm_nvfp4_cols(
+    hw, ve, vo, r, ww, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask,
+    K: tl.constexpr, KB_PAD: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr,
+    NORM_DT: tl.constexpr, OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    SWIZZLE: tl.constexpr, FULL: tl.constexpr,
+):  # fmt: skip
+    """Stores block columns ``kb`` (words ``words``, real where ``mask``; None where ``FULL``)
+    of row ``row``: the new residual words ``hw`` with ``HAS_RES``, and NVFP4 of the values
+    ``ve`` / ``vo`` normalised by ``r`` times the weight words ``ww``."""
+    if HAS_RES:
+        tl.store(res_out_ptr + row.to(tl.int64) * (K // 2) + words, hw, mask=mask)
     ze, zo = normed_pairs(ve, vo, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
     store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)
+
+
+@triton.jit
+def _rms_norm_nvfp4_row(
+    xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask,
+    K: tl.constexpr, KB_PAD: tl.constexpr, eps, DT: tl.constexpr, W_DT: tl.constexpr,
+    HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, EARLY: tl.constexpr, FULL: tl.constexpr,
+):  # fmt: skip
+    """``rms_norm_nvfp4_kernel``'s work on row ``row`` (x words ``xw``, residual words ``rw``,
+    global scale ``g``): with ``EARLY`` the weight words are ``ww``, else they are read here,
+    after the reduction. ``mask`` is the real words (None where ``FULL``: all of them)."""
+    hw, ve, vo = _row_values(xw, rw, DT, HAS_RES)
+    r = _row_inv_rms(ve, vo, K, eps)
+    if not EARLY:
+        ww = tl.load(w_ptr + words, mask=mask, other=None if FULL else 0)
+    _rms_norm_nvfp4_cols(
+        hw, ve, vo, r, ww, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask, K,
+        KB_PAD, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE, FULL,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -363,7 +395,7 @@ def rms_norm_nvfp4_kernel(
     KB_PAD: tl.constexpr, sx, sr, eps, ROW_PROGRAMS, DT: tl.constexpr, W_DT: tl.constexpr,
     HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
     WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, EARLY: tl.constexpr, LOOP: tl.constexpr,
-    NB: tl.constexpr,
+    NB: tl.constexpr, PARTS: tl.constexpr,
 ):  # fmt: skip
     """The rows as ``[NB, 8]`` words (x, residual and weight through ``split_pairs``; strides
     in words), RMSNorm as ``rms_norm_fp8_kernel`` computes it, then NVFP4 of the row. Where
@@ -373,45 +405,69 @@ def rms_norm_nvfp4_kernel(
     without ``LOOP`` (``ROW_PROGRAMS = M``; ``EARLY`` as in ``rms_norm_fp8_kernel``); with
     ``LOOP`` it reads the weight and the global scale once and issues each row's loads before
     it computes the previous row, so its next row's bytes are in flight while it computes.
-    With ``SWIZZLE`` the programs from ``ROW_PROGRAMS`` on (the launcher adds them where M is
-    not a multiple of 128) zero the layout's padding rows, in parallel with the rows."""
+    With ``PARTS > 1`` (few rows, no ``LOOP``) each row has ``PARTS`` programs: each reads the
+    whole row for the sum of squares and normalises and quantises its ``NB / PARTS`` block
+    columns, so a row's encode, most of its instructions, is spread over several SMs.
+    With ``SWIZZLE`` the programs from ``ROW_PROGRAMS * PARTS`` on (the launcher adds them
+    where M is not a multiple of 128) zero the layout's padding rows, in parallel with the
+    rows."""
     pid = tl.program_id(0)
-    if pid >= ROW_PROGRAMS:
+    if pid >= ROW_PROGRAMS * PARTS:
         if SWIZZLE:
             zero_sf_pad(
-                scale_ptr, M, KB_PAD, pid - ROW_PROGRAMS, tl.num_programs(0) - ROW_PROGRAMS,
-                NB * 8,
+                scale_ptr, M, KB_PAD, pid - ROW_PROGRAMS * PARTS,
+                tl.num_programs(0) - ROW_PROGRAMS * PARTS, NB * 8,
             )  # fmt: skip
     else:
         FULL: tl.constexpr = K == NB * 16
+        other = None if FULL else 0
         kb = tl.arange(0, NB)
         words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
         mask = None if FULL else kb[:, None] < K // 16
-        other = None if FULL else 0
-        xw, rw = _row_words(x_ptr, res_ptr, pid, sx, sr, words, mask, other, HAS_RES)
-        if EARLY or LOOP:
-            ww = tl.load(w_ptr + words, mask=mask, other=other)
-        else:
-            ww = xw  # read after the reduction (``_rms_norm_nvfp4_row``)
-        g = tl.load(g_ptr).to(tl.float32)
-        if LOOP:
-            for i in tl.range(0, tl.cdiv(M - pid, ROW_PROGRAMS), num_stages=1):
-                row = pid + i * ROW_PROGRAMS
-                # past the last row, row M - 1 again (an L2 hit; no predicated loads to zero)
-                nxt = tl.minimum(row + ROW_PROGRAMS, M - 1)
-                xn, rn = _row_words(x_ptr, res_ptr, nxt, sx, sr, words, mask, other, HAS_RES)
-                _rms_norm_nvfp4_row(
-                    xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words,
-                    mask, K, KB_PAD, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST,
-                    SWIZZLE, True, FULL,
-                )  # fmt: skip
-                xw, rw = xn, rn
-        else:
-            _rms_norm_nvfp4_row(
-                xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, pid, kb, words, mask,
-                K, KB_PAD, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE,
-                EARLY, FULL,
+        if PARTS > 1:
+            row = pid // PARTS
+            NP: tl.constexpr = NB // PARTS
+            kbp = (pid % PARTS) * NP + tl.arange(0, NP)
+            wp = kbp[:, None] * 8 + tl.arange(0, 8)[None, :]
+            maskp = None if FULL else kbp[:, None] < K // 16
+            xw, rw = _row_words(x_ptr, res_ptr, row, sx, sr, words, mask, other, HAS_RES)
+            xp, rp = _row_words(x_ptr, res_ptr, row, sx, sr, wp, maskp, other, HAS_RES)
+            ww = tl.load(w_ptr + wp, mask=maskp, other=other)
+            g = tl.load(g_ptr).to(tl.float32)
+            _, ve, vo = _row_values(xw, rw, DT, HAS_RES)
+            r = _row_inv_rms(ve, vo, K, eps)
+            hp, pe, po = _row_values(xp, rp, DT, HAS_RES)
+            _rms_norm_nvfp4_cols(
+                hp, pe, po, r, ww, g, res_out_ptr, packed_ptr, scale_ptr, row, kbp, wp, maskp,
+                K, KB_PAD, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE, FULL,
             )  # fmt: skip
+        else:
+            xw, rw = _row_words(x_ptr, res_ptr, pid, sx, sr, words, mask, other, HAS_RES)
+            if EARLY or LOOP:
+                ww = tl.load(w_ptr + words, mask=mask, other=other)
+            else:
+                ww = xw  # read after the reduction (``_rms_norm_nvfp4_row``)
+            g = tl.load(g_ptr).to(tl.float32)
+            if LOOP:
+                for i in tl.range(0, tl.cdiv(M - pid, ROW_PROGRAMS), num_stages=1):
+                    row = pid + i * ROW_PROGRAMS
+                    # past the last row, row M - 1 again (an L2 hit; no predicated loads)
+                    nxt = tl.minimum(row + ROW_PROGRAMS, M - 1)
+                    xn, rn = _row_words(
+                        x_ptr, res_ptr, nxt, sx, sr, words, mask, other, HAS_RES
+                    )  # fmt: skip
+                    _rms_norm_nvfp4_row(
+                        xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, row, kb,
+                        words, mask, K, KB_PAD, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT,
+                        WEIGHT_FIRST, SWIZZLE, True, FULL,
+                    )  # fmt: skip
+                    xw, rw = xn, rn
+            else:
+                _rms_norm_nvfp4_row(
+                    xw, rw, ww, w_ptr, g, res_out_ptr, packed_ptr, scale_ptr, pid, kb, words,
+                    mask, K, KB_PAD, eps, DT, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST,
+                    SWIZZLE, EARLY, FULL,
+                )  # fmt: skip
 
 
 @triton.jit

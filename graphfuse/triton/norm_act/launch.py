@@ -87,6 +87,19 @@ def _norm_nvfp4_row_programs(m: int, sms: int, warps: int, residual: bool) -> in
     return programs if not residual and m > 4 * programs else m
 
 
+def _norm_nvfp4_parts(m: int, nb: int, warps: int, sms: int) -> int:
+    """Programs a row of the NVFP4 RMSNorm launch (``PARTS``): where the rows leave SMs idle
+    (``m`` at most half the SM count), a row is split over up to 4 programs by block columns,
+    as many as keep the launch within the SMs and at least 2 words (4 values) a thread; each
+    program sums the squares of the whole row (an L2 hit after the first) and encodes its
+    part, so the encode, most of a row's instructions and at these sizes its latency, runs
+    on several SMs at once."""
+    parts = 1
+    while parts < 4 and 2 * parts * m <= sms and nb // (2 * parts) >= 8 * warps:
+        parts *= 2
+    return parts
+
+
 def _norm_nvfp4_regs(nb: int, warps: int, loop: bool) -> dict:
     """The register cap of the NVFP4 RMSNorm launch: without ``LOOP``, 64 a thread for 4 warps
     over 256 blocks (hidden 4096), the occupancy the kernel has anyway; under the cap ptxas
@@ -215,11 +228,14 @@ def rms_norm_quant_nvfp4_into(
     warps = _norm_nvfp4_warps(nb, m, sms)
     row_programs = _norm_nvfp4_row_programs(m, sms, warps, residual is not None)
     loop = row_programs < m
-    rms_norm_nvfp4_kernel[(row_programs + _pad_programs(m, sshape[1], swizzle),)](
+    parts = 1 if loop else _norm_nvfp4_parts(m, nb, warps, sms)
+    programs = row_programs * parts + _pad_programs(m, sshape[1], swizzle)
+    rms_norm_nvfp4_kernel[(programs,)](
         x2, r2, r_out, w, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         x2.stride(0), r2.stride(0), float(eps), row_programs, DT=TL_DTYPE[x.dtype],
         W_DT=TL_DTYPE[weight.dtype], SWIZZLE=bool(swizzle), EARLY=_early(m, sms), LOOP=loop,
-        NB=nb, num_warps=warps, **_norm_nvfp4_regs(nb, warps, loop), **meta, **_EXACT,
+        NB=nb, PARTS=parts, num_warps=warps, **_norm_nvfp4_regs(nb, warps, loop), **meta,
+        **_EXACT,
     )  # fmt: skip
 
 
