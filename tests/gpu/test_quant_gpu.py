@@ -80,6 +80,22 @@ def test_fp8_quant_dequant_bit_exact(seed: int) -> None:
             assert _same_float(deq, dref), (m, k, odt)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fp8_upcast_exact(dtype: torch.dtype) -> None:
+    """Every e4m3 byte, in a prefill-sized V (2 x 8 x 4099 x 128, odd sequence length so the
+    last program is partial) and its permuted view: bit-equal to PyTorch's conversion, the
+    strides kept."""
+    from graphfuse.triton.quant.launch import fp8_upcast
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 256, (2, 8, 4099, 128), generator=g, dtype=torch.uint8)
+    x = x.cuda().view(torch.float8_e4m3fn)
+    for xv in (x, x.transpose(1, 2)):
+        got = fp8_upcast(xv, dtype)
+        assert got.stride() == xv.stride()
+        assert _same_float(got, xv.to(dtype))
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("swizzle", [True, False])
 def test_nvfp4_quant_dequant_bit_exact(seed: int, swizzle: bool) -> None:

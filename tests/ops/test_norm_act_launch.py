@@ -1,8 +1,8 @@
 """The NVFP4 RMSNorm and act_and_mul launches' shapes from shapes only
 (``graphfuse/triton/norm_act/launch.py``, host side): warps per RMSNorm row program and when
 its programs loop over rows (more than four rows a program, no residual add; about 20 warps an
-SM of programs, so they stay resident); warps per act_and_mul program; when the RMSNorm
-kernels load the weight with the row."""
+SM of programs, so they stay resident) or split a row over several programs (few rows); warps
+per act_and_mul program; when the RMSNorm kernels load the weight with the row."""
 
 from __future__ import annotations
 
@@ -55,3 +55,22 @@ def test_act_nvfp4_warps(programs: int, warps: int) -> None:
 )
 def test_norm_early_weight(m: int, early: bool) -> None:
     assert launch._early(m, SMS) is early
+
+
+@pytest.mark.parametrize(
+    "m, nb, parts",
+    [
+        (1, 256, 4),  # hidden 4096, one row: 4 programs of 64 block columns (8 warps)
+        (16, 256, 4),
+        (33, 256, 4),  # 132 programs: one an SM
+        (34, 256, 2),  # 136 at 4 a row would be more than the SMs
+        (66, 256, 2),
+        (67, 256, 1),
+        (128, 256, 1),
+        (5, 64, 2),  # hidden 1024 at 4 warps: 2 words a thread at 2 programs a row
+        (3, 16, 1),  # hidden 256: too few words to split
+    ],
+)
+def test_norm_nvfp4_parts(m: int, nb: int, parts: int) -> None:
+    w = launch._norm_nvfp4_warps(nb, m, SMS)
+    assert launch._norm_nvfp4_parts(m, nb, w, SMS) == parts

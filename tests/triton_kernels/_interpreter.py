@@ -46,7 +46,7 @@ def _rcp_ftz(data: np.ndarray):
 
 
 def _products(dtype: torch.dtype):
-    """norm_act/kernels._packed_products: ``dtype(ae) * w_even`` / ``dtype(ao) * w_odd``,
+    """norm_act/pairs.packed_products: ``dtype(ae) * w_even`` / ``dtype(ao) * w_odd``,
     each rounded once to ``dtype``, packed into the halves of an int32 word."""
 
     def emulate(ae: np.ndarray, ao: np.ndarray, ww: np.ndarray):
@@ -59,7 +59,7 @@ def _products(dtype: torch.dtype):
 
 
 def _sums(dtype: torch.dtype):
-    """norm_act/kernels._packed_sums: the halves of two int32 words of ``dtype`` pairs added,
+    """norm_act/pairs.packed_sums: the halves of two int32 words of ``dtype`` pairs added,
     each sum rounded once to ``dtype``."""
 
     def emulate(aw: np.ndarray, bw: np.ndarray):
@@ -75,8 +75,8 @@ def _identity(data: np.ndarray):
 
 # the kernels' inline asm, computed with torch: decode/tiles._fp8_to_f16 (e4m3 -> fp16),
 # norm_act/kernels._ex2 and _rcp (``ex2.approx.ftz`` / ``rcp.approx.ftz`` as exact results
-# with the flushes: the hardware's are within 2 / 1 ulp of these), _packed_products,
-# _packed_sums and _unanalysed
+# with the flushes: the hardware's are within 2 / 1 ulp of these), pairs.packed_products,
+# packed_sums and unanalysed
 _ASM = {
     "cvt.rn.f16x2.e4m3x2": _fp8_to_f16,
     "ex2.approx.ftz.f32": _ex2_ftz,

@@ -1,7 +1,7 @@
 """NVFP4 quant kernel cases at extreme global scales against ``graphfuse/ops/quant_ref.py``,
-byte for byte (the quant op is bit-exact), for the Triton CPU interpreter run in
-``test_quant_interpret.py`` (``python -m tests.triton_kernels._quant_cases`` with
-``TRITON_INTERPRET=1``).
+byte for byte (the quant op is bit-exact), and the FP8 upcast of every byte, for the Triton
+CPU interpreter run in ``test_quant_interpret.py`` (``python -m tests.triton_kernels._quant_cases``
+with ``TRITON_INTERPRET=1``).
 
 The rows hold zeros of both signs, subnormals and a block of tiny values (amax ``2**-126``):
 with ``g = 2**120`` that block's scale is the smallest e4m3 value ``2**-9`` and its encode
@@ -54,11 +54,32 @@ def run_all() -> list[dict]:
     return records
 
 
+def upcast_records() -> list[dict]:
+    """``fp8_upcast`` of every e4m3 byte (a ``[2, 4, 32]`` tensor, contiguous and as a permuted
+    view, whose strides the output keeps) to float16 and bfloat16, bit for bit against
+    PyTorch's conversion (NaN bytes to NaN)."""
+    from graphfuse.triton.quant.launch import fp8_upcast
+
+    x = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).view(2, 4, 32)
+    records = []
+    for view in ("contiguous", "permuted"):
+        xv = x if view == "contiguous" else x.permute(0, 2, 1)
+        for dt in (torch.float16, torch.bfloat16):
+            got, want = fp8_upcast(xv, dt), xv.to(dt)
+            same = (got == want) | (got.isnan() & want.isnan())
+            bad = int((~same).sum()) + int(got.stride() != xv.stride())
+            record = {"op": "fp8_upcast", "dtype": str(dt), "view": view, "bad_bytes": bad}
+            if bad:
+                record["error"] = f"{bad} values (or the strides) differ from torch's conversion"
+            records.append(record)
+    return records
+
+
 def main() -> int:
     from ._interpreter import patch
 
     patch()
-    records = run_all()
+    records = run_all() + upcast_records()
     for r in records:
         print(json.dumps(r))
     failed = sum(r["bad_bytes"] > 0 for r in records)

@@ -15,8 +15,8 @@ compile-time constant (a compile a hidden size): address arithmetic folds, a pow
 ``K``'s mean is a multiply, and where the tile covers the row exactly no load or store is
 masked by column.
 
-The NVFP4 kernels read their inputs two elements per word (``split_pairs``: int32 words of
-16-bit floats, int64 words of fp32), so an NVFP4 block's 16 values are 8 words of a
+The NVFP4 kernels read their inputs two elements per word (``pairs.split_pairs``: int32 words
+of 16-bit floats, int64 words of fp32), so an NVFP4 block's 16 values are 8 words of a
 ``[blocks, 8]`` tile and each packed byte is the two halves of one word: the block amax is a
 reduction along the tile's last axis and no reshape moves values between threads.
 """
@@ -26,17 +26,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..formats import (
-    FLT_MAX,
-    amax_along,
-    e2m1_byte_of_products,
-    e4m3,
-    nan_max,
-    nvfp4_block_scale,
-    scaled_for_e2m1,
-    swizzled_col_offset,
-    swizzled_row_offset,
-    zero_sf_pad,
+from ..formats import e4m3, zero_sf_pad
+from .pairs import (
+    join_pairs,
+    packed_products,
+    packed_sums,
+    split_pairs,
+    split_pairs_f32,
+    store_nvfp4_pairs,
 )
 
 # gelu_tanh (norm_act_ref.GELU_BETA2, GELU_KAPPA)
@@ -44,12 +41,6 @@ _GELU_BETA2 = tl.constexpr(1.5957691216057308)
 _GELU_KAPPA = tl.constexpr(0.044715)
 
 _NEG_LOG2E = tl.constexpr(-1.4426950408889634)
-
-# global scales whose block multipliers (``g / sf``, 0 or in ``[g * 2**-9, g * 2**9]``) the
-# NVFP4 encode folds into its rounding (``e2m1_byte_of_products``: ``2 * inv`` finite,
-# ``inv / 2`` normal or zero); outside, a multiply first (``scaled_for_e2m1``)
-_G_FUSED_MIN = tl.constexpr(2.0**-116)
-_G_FUSED_END = tl.constexpr(2.0**118)
 
 SILU = tl.constexpr(0)
 GELU_TANH = tl.constexpr(1)
@@ -93,97 +84,6 @@ def activation(v, ACT: tl.constexpr):
 
 
 @triton.jit
-def split_pairs(w, DT: tl.constexpr):
-    """The two floats of dtype ``DT`` in each word of ``w`` (int32 words of 16-bit floats,
-    int64 words of fp32; the even element in the low half) as fp32 ``(even, odd)``."""
-    if DT.primitive_bitwidth == 16:
-        lo = w.to(tl.uint16).to(DT, bitcast=True)
-        hi = (w >> 16).to(tl.uint16).to(DT, bitcast=True)
-    else:
-        lo = w.to(tl.uint32).to(tl.float32, bitcast=True)
-        hi = (w >> 32).to(tl.uint32).to(tl.float32, bitcast=True)
-    return lo.to(tl.float32), hi.to(tl.float32)
-
-
-@triton.jit
-def split_pairs_f32(w, DT: tl.constexpr):
-    """``split_pairs`` for values that feed only fp32 arithmetic: bf16 halves by a shift and
-    a mask (one instruction a value). Where a value feeds a 16-bit product or sum rounded back
-    to its dtype, ``split_pairs`` lets the compiler keep that operation in packed bf16."""
-    if DT == tl.bfloat16:
-        lo = (w << 16).to(tl.float32, bitcast=True)
-        hi = (w & -65536).to(tl.float32, bitcast=True)
-    else:
-        lo, hi = split_pairs(w, DT)
-    return lo, hi
-
-
-@triton.jit
-def join_pairs(lo, hi, DT: tl.constexpr):
-    """The words of ``split_pairs`` from fp32 values ``lo`` / ``hi`` rounded to ``DT``."""
-    if DT.primitive_bitwidth == 16:
-        a = lo.to(DT).to(tl.uint16, bitcast=True).to(tl.int32) & 0xFFFF
-        b = hi.to(DT).to(tl.uint16, bitcast=True).to(tl.int32)
-        w = a | (b << 16)
-    else:
-        a = lo.to(tl.uint32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
-        b = hi.to(tl.uint32, bitcast=True).to(tl.int64)
-        w = a | (b << 32)
-    return w
-
-
-@triton.jit
-def _unanalysed(x):
-    """``x`` (int32) through an identity the compiler cannot see through. The swizzled scale
-    store indexes with it: knowing four consecutive blocks' bytes adjacent, the compiler
-    would regroup the bytes two to a thread through shared memory and two barriers first;
-    one byte a thread, they go out from the threads that computed them."""
-    return tl.inline_asm_elementwise(
-        "mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1
-    )
-
-
-@triton.jit
-def store_nvfp4_pairs(
-    ze, zo, row, kb, K: tl.constexpr, KB_PAD: tl.constexpr, g, packed_ptr, scale_ptr,
-    SWIZZLE: tl.constexpr, FULL: tl.constexpr,
-):  # fmt: skip
-    """NVFP4 of the even / odd values ``ze`` / ``zo`` (fp32 ``[NB, 8]``: block columns ``kb``
-    of row ``row``) with the attention epilogues' block scale (``nvfp4_block_scale``: the
-    scale byte of ``quant_ref.nvfp4_quant_ref``, the encode multiplier within about 2 ulp of
-    its ``1 / (sf / g)``): stores the packed bytes of the real block columns (< K/16) and
-    their scale bytes, with ``SWIZZLE`` also zeros in the layout's padding columns (up to
-    ``KB_PAD``); ``FULL``: every column of ``kb`` is real (no masks). Each value's product
-    with the multiplier is rounded once, to its e2m1 code (``e2m1_byte_of_products``), for
-    global scales in ``[2**-116, 2**118)``; outside them it is rounded to fp32 first, and a
-    multiplier clamped to FLT_MAX (a global scale of ``2**118`` or more) still sends every
-    nonzero value to +-6 and keeps +-0, as the reference's infinite one does
-    (``scaled_for_e2m1``)."""
-    inv, sbits = nvfp4_block_scale(nan_max(amax_along(ze, 1), amax_along(zo, 1)), g)
-    k = inv[:, None]
-    if (g < _G_FUSED_MIN) | (g >= _G_FUSED_END):
-        big = tl.where(k == FLT_MAX, FLT_MAX, 1.0)
-        ze = scaled_for_e2m1(ze, k, big, g)
-        zo = scaled_for_e2m1(zo, k, big, g)
-        k = tl.full(k.shape, 1.0, tl.float32)
-    packed = e2m1_byte_of_products(ze, zo, k).to(tl.uint8)
-    row64 = row.to(tl.int64)
-    pcols = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
-    if SWIZZLE:
-        soff = swizzled_row_offset(row64, KB_PAD // 4) + swizzled_col_offset(_unanalysed(kb))
-    else:
-        soff = row64 * (K // 16) + kb
-    if FULL:
-        tl.store(packed_ptr + row64 * (K // 2) + pcols, packed)
-        tl.store(scale_ptr + soff, sbits.to(tl.uint8))
-    else:
-        real = kb < K // 16
-        tl.store(packed_ptr + row64 * (K // 2) + pcols, packed, mask=real[:, None])
-        sbits = tl.where(real, sbits, 0).to(tl.uint8)
-        tl.store(scale_ptr + soff, sbits, mask=(kb < KB_PAD) if SWIZZLE else real)
-
-
-@triton.jit
 def normed(v, r, w, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr):
     """The normalised values of fp32 ``v`` (``r = 1 / rms``) times the weight ``w``, in fp32:
     ``WEIGHT_FIRST``: ``(v * r * w)`` rounded to ``NORM_DT``; otherwise ``v * r`` rounded to
@@ -196,57 +96,6 @@ def normed(v, r, w, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr, WEIGHT_FIRST: t
     return z
 
 
-def _packed_products_asm(t: str) -> tl.constexpr:
-    """``_packed_products``' PTX for the 16-bit type ``t`` (``bf16`` or ``f16``)."""
-    return tl.constexpr(
-        f"{{.reg .b32 p, z; cvt.rn.{t}x2.f32 p, $2, $1; mov.b32 z, 0x80008000;"
-        f" fma.rn.{t}x2 $0, p, $3, z;}}"
-    )
-
-
-_PACKED_BF16 = _packed_products_asm("bf16")
-_PACKED_F16 = _packed_products_asm("f16")
-
-
-@triton.jit
-def _packed_products(ae, ao, w, DT: tl.constexpr):
-    """The word of 16-bit ``DT`` pairs ``DT(ae) * w_even`` (low half) and ``DT(ao) * w_odd``
-    (high half) of fp32 ``ae`` / ``ao`` and the ``split_pairs`` words ``w``: ``cvt.rn`` rounds
-    the two values into one word and one ``fma.rn`` with a ``-0`` addend (``mul.rn.bf16x2``
-    needs sm_90; the kernels run from sm_89, and ``-0`` keeps the sign of a zero product)
-    multiplies it by ``w``, each product rounded once to DT: ``(DT(a) * w).to(DT)`` of a
-    word's two values."""
-    if DT == tl.bfloat16:
-        asm: tl.constexpr = _PACKED_BF16
-    else:
-        asm: tl.constexpr = _PACKED_F16
-    return tl.inline_asm_elementwise(
-        asm, "=r,f,f,r", [ae, ao, w], dtype=tl.int32, is_pure=True, pack=1
-    )
-
-
-def _packed_sums_asm(t: str, one: int) -> tl.constexpr:
-    """``_packed_sums``' PTX for the 16-bit type ``t`` whose 1.0 has the bits ``one``."""
-    return tl.constexpr(f"{{.reg .b32 one; mov.b32 one, {one:#x}; fma.rn.{t}x2 $0, $1, one, $2;}}")
-
-
-_SUMS_BF16 = _packed_sums_asm("bf16", 0x3F803F80)
-_SUMS_F16 = _packed_sums_asm("f16", 0x3C003C00)
-
-
-@triton.jit
-def _packed_sums(a, b, DT: tl.constexpr):
-    """The words of ``DT(a + b)`` for two ``split_pairs`` words of 16-bit ``DT``: one packed
-    ``fma.rn`` (``a * 1 + b``, each half rounded once; ``add.rn.bf16x2`` needs sm_90). Equal
-    to the fp32 sum rounded to DT, as PyTorch computes it: fp32 holds more than twice DT's
-    precision plus two bits, so the two roundings give the correctly rounded sum."""
-    if DT == tl.bfloat16:
-        asm: tl.constexpr = _SUMS_BF16
-    else:
-        asm: tl.constexpr = _SUMS_F16
-    return tl.inline_asm_elementwise(asm, "=r,r,r", [a, b], dtype=tl.int32, is_pure=True, pack=1)
-
-
 @triton.jit
 def normed_pairs(
     ve, vo, r, ww, W_DT: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
@@ -256,11 +105,11 @@ def normed_pairs(
     (``split_pairs`` words of ``W_DT``). Where the norm, the weight and the product are one
     16-bit dtype and the norm is rounded before the weight multiply (the transformers
     spelling of a bf16 or fp16 model), a word's two products are one packed multiply
-    (``_packed_products``) whose halves are the fp32 values (``split_pairs_f32``): the
+    (``packed_products``) whose halves are the fp32 values (``split_pairs_f32``): the
     compiler's own packing paired values of different words, which cost two more
     instructions a value to re-pack the weights and unpack the products."""
     if NORM_DT == W_DT and OUT_DT == W_DT and W_DT.primitive_bitwidth == 16 and not WEIGHT_FIRST:
-        ze, zo = split_pairs_f32(_packed_products(ve * r, vo * r, ww, W_DT), W_DT)
+        ze, zo = split_pairs_f32(packed_products(ve * r, vo * r, ww, W_DT), W_DT)
     else:
         we, wo = split_pairs(ww, W_DT)
         ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
@@ -334,7 +183,7 @@ def _row_values(xw, rw, DT: tl.constexpr, HAS_RES: tl.constexpr):
     ``xw``, or with ``HAS_RES`` the words of ``x + residual`` (``rw``) rounded to ``DT``."""
     if HAS_RES:
         if DT.primitive_bitwidth == 16:
-            hw = _packed_sums(xw, rw, DT)
+            hw = packed_sums(xw, rw, DT)
             ve, vo = split_pairs_f32(hw, DT)
         else:
             xe, xo = split_pairs(xw, DT)
@@ -482,9 +331,9 @@ def act_and_mul(g, u, DT: tl.constexpr, ACT: tl.constexpr):
 def act_and_mul_pairs(ge, go, uw, DT: tl.constexpr, ACT: tl.constexpr):
     """``act_and_mul`` of the even / odd gate values ``ge`` / ``go`` (fp32) and the up words
     ``uw`` (``split_pairs`` words of ``DT``); for 16-bit ``DT`` a word's two products are one
-    packed multiply (``_packed_products``, as ``normed_pairs``)."""
+    packed multiply (``packed_products``, as ``normed_pairs``)."""
     if DT.primitive_bitwidth == 16:
-        p = _packed_products(activation(ge, ACT), activation(go, ACT), uw, DT)
+        p = packed_products(activation(ge, ACT), activation(go, ACT), uw, DT)
         pe, po = split_pairs_f32(p, DT)
     else:
         ue, uo = split_pairs(uw, DT)

@@ -129,7 +129,7 @@ def rows_2d(t: torch.Tensor) -> torch.Tensor:
 
 def words(t: torch.Tensor) -> torch.Tensor:
     """``[M, K]`` (unit column stride, K even) as ``[M, K/2]`` words of two elements, the
-    NVFP4 kernels' view (``kernels.split_pairs``): int32 for 16-bit floats, int64 for fp32;
+    NVFP4 kernels' view (``pairs.split_pairs``): int32 for 16-bit floats, int64 for fp32;
     a contiguous copy where the storage offset or a stride is odd."""
     word = torch.int32 if t.element_size() == 2 else torch.int64
     try:

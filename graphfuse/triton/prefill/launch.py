@@ -12,6 +12,7 @@ import torch
 import triton
 
 from ..host import TL_DTYPE, sm_count, zero_scale_padding
+from ..quant.launch import fp8_upcast
 from .config import (
     TILE_KNOBS,
     WS_BLOCK_M,
@@ -139,7 +140,7 @@ def gluon_attention_into(
         v_desc = _descriptor(vv, d, WS_BLOCK_N)
     else:
         if v.dtype == FP8:
-            v = v.to(torch.float16)  # keeps v's strides; a K-major V becomes contiguous rows
+            v = fp8_upcast(v)  # keeps v's strides; a K-major V becomes contiguous rows
         if rows_view(v) is None:
             v = v.contiguous()
         vv, v_rb, v_rh, v_ch = rows_view(v)

@@ -36,6 +36,16 @@ def fp8_dequant_kernel(q_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def fp8_upcast_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """``out = x`` for float8_e4m3fn ``x`` and a 16-bit ``out``: the hardware conversion (exact;
+    every e4m3 value is a float16 and a bfloat16 value)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, x.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _scale_offsets(rows64, kb, KB, KB_PAD, SWIZZLED: tl.constexpr):
     """Byte offsets of block scales (rows, block columns): swizzled, or linear ``[M, KB]``."""
     if SWIZZLED:

@@ -12,11 +12,13 @@ from ..host import TL_DTYPE, check_scale
 from .kernels import (
     fp8_dequant_kernel,
     fp8_quant_kernel,
+    fp8_upcast_kernel,
     nvfp4_dequant_kernel,
     nvfp4_quant_kernel,
 )
 
 _BLOCK = 2048  # elements a program of the FP8 kernels
+_UPCAST_BLOCK = 8192  # elements a program of the upcast (8 warps: 32 bytes in, 64 out a thread)
 _BM, _NB = 32, 4  # rows and 16-blocks a program of the NVFP4 kernels
 
 
@@ -45,6 +47,39 @@ def fp8_dequant_into(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) ->
     n = x.numel()
     if n:
         fp8_dequant_kernel[(triton.cdiv(n, _BLOCK),)](x, scale, out, n, BLOCK=_BLOCK)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill ``t.numel()`` consecutive slots of its storage (its strides a
+    permutation of a contiguous tensor's)."""
+    expect = 1
+    for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1):
+        if stride != expect:
+            return False
+        expect *= size
+    return True
+
+
+def fp8_upcast(x: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """``x`` (float8_e4m3fn) as a new 16-bit tensor, exactly, with ``x``'s strides where ``x`` is
+    dense (a permuted layout stays permuted), else contiguous: the hardware conversion at copy
+    speed (``x.to(torch.float16)`` converts in software: 50 µs for a prefill's 16.8M-element V
+    on an H100).
+
+    Example::
+
+        v16 = fp8_upcast(v8)  # v8: float8_e4m3fn on CUDA
+    """
+    if x.dtype != torch.float8_e4m3fn or dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"fp8_upcast: float8_e4m3fn to a 16-bit dtype, got {x.dtype} -> {dtype}")
+    if not _dense(x):
+        x = x.contiguous()
+    out = torch.empty_like(x, dtype=dtype)  # x's strides (dense x)
+    n = x.numel()
+    if n:
+        grid = (triton.cdiv(n, _UPCAST_BLOCK),)
+        fp8_upcast_kernel[grid](x, out, n, BLOCK=_UPCAST_BLOCK, num_warps=8)
+    return out
 
 
 def nvfp4_rows_cols(op: str, shape: torch.Size, k_last: int) -> tuple[int, int]:
