@@ -90,7 +90,8 @@ def _norm_act(s: torch.Tensor) -> None:
     """The six norm / act + quant ops at 1, 130, 300 and 2700 rows (NVFP4's swizzled 128-row
     padding zeroed by the padding programs; rows fitting one wave and more, and more than four
     rows a program of the NVFP4 RMSNorm's looping launch), a hidden size that is not a power
-    of two, merged gate / up halves read through their strides."""
+    of two, merged gate / up halves read through their strides; NVFP4 RMSNorm rows split over
+    several programs."""
     ops, dev = torch.ops.graphfuse, "cuda"
     for rows in (1, 130, 300, 2700):
         x = torch.randn(rows, 80, device=dev, dtype=torch.bfloat16)
@@ -103,6 +104,11 @@ def _norm_act(s: torch.Tensor) -> None:
         ops.add_rms_norm_quant_nvfp4(x, res, w, 1e-6, s * 1e4)
         ops.act_and_mul_quant_fp8(gate, up, s)
         ops.act_and_mul_quant_nvfp4(gate, up, s * 1e4, "gelu_tanh")
+    for rows in (1, 3):  # few rows of hidden 1040: each row split over 4 programs
+        x = torch.randn(rows, 1040, device=dev, dtype=torch.bfloat16)
+        w = torch.rand(1040, device=dev, dtype=torch.bfloat16) + 0.5
+        ops.rms_norm_quant_nvfp4(x, w, 1e-6, s * 1e4)
+        ops.add_rms_norm_quant_nvfp4(x, x.flip(0), w, 1e-6, s * 1e4)
 
 
 def _warp_specialised(s: torch.Tensor) -> None:
