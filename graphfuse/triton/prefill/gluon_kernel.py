@@ -209,7 +209,10 @@ def _consume(
                     q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False,
                     is_async=True,
                 )  # fmt: skip
-                acc = _rescaled(acc, gl.convert_layout(alpha, orow_l))
+                if V_BITS == 8:  # fast mode: the compiler's order (0.99x with the asm)
+                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
+                else:
+                    acc = _rescaled(acc, gl.convert_layout(alpha, orow_l))
                 mbarrier.wait(v_ready.index(sp), ((t + j - 1) // NSTAGE) & 1)
                 acc = _pv_mma(p_c, v_bufs, sp, acc, p_layout)
                 qk = warpgroup_mma_wait(1, deps=(qk,))
