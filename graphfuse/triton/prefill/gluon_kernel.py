@@ -29,8 +29,8 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
 - each consumer writes its rows in the output format: a 16-bit or fp32 type, FP8
   (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite) or NVFP4 (packed codes and
   swizzled scale bytes), with the arithmetic of ``store_attention_acc``.
-  In the default precision an FP8 V is upcast to fp16 once per call on the host side
-  (exact). In fast mode the FP8 wgmma wants V K-major: the launcher copies it once per call
+  In the default precision an FP8 V is upcast to fp16 once per call by the launcher
+  (``quant.launch.fp8_upcast``, exact). In fast mode the FP8 wgmma wants V K-major: the launcher copies it once per call
   to ``[B, H, D, S]`` tiles (``launch.fast_v_tiles``) whose keys are ordered so that each
   thread's accumulator values of P are already its share of the FP8 A operand
   (``_p_operand``): no shuffles, one conversion instruction per two values.
