@@ -30,10 +30,10 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
   (``acc * (s_v/l) * (1/s_o)``, hardware rne + satfinite) or NVFP4 (packed codes and
   swizzled scale bytes), with the arithmetic of ``store_attention_acc``.
   In the default precision an FP8 V is upcast to fp16 once per call by the launcher
-  (``quant.launch.fp8_upcast``, exact). In fast mode the FP8 wgmma wants V K-major: the launcher copies it once per call
-  to ``[B, H, D, S]`` tiles (``launch.fast_v_tiles``) whose keys are ordered so that each
-  thread's accumulator values of P are already its share of the FP8 A operand
-  (``_p_operand``): no shuffles, one conversion instruction per two values.
+  (``quant.launch.fp8_upcast``, exact). In fast mode the FP8 wgmma wants V K-major: the
+  launcher copies it once per call to ``[B, H, D, S]`` tiles (``launch.fast_v_tiles``) whose
+  keys are ordered so that each thread's accumulator values of P are already its share of
+  the FP8 A operand (``_p_operand``): no shuffles, one conversion instruction per two values.
 
 The kernel is persistent: one program per SM (fewer when there are fewer row blocks) takes
 the 128-row blocks of every (batch, head) in turn, heaviest first and dealt in a snake order
@@ -209,7 +209,7 @@ def _consume(
                     q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False,
                     is_async=True,
                 )  # fmt: skip
-                if V_BITS == 8:  # fast mode: the compiler's order (0.99x with the asm)
+                if V_BITS == 8:  # fast mode: plain multiplies, placed by the compiler
                     acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
                 else:
                     acc = _rescaled(acc, gl.convert_layout(alpha, orow_l))
