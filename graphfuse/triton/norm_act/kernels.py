@@ -28,6 +28,7 @@ import triton.language as tl
 
 from ..formats import e4m3, zero_sf_pad
 from .pairs import (
+    block_words,
     join_pairs,
     packed_products,
     packed_sums,
@@ -203,19 +204,11 @@ def _row_inv_rms(ve, vo, K: tl.constexpr, eps):
 
 
 @triton.jit
-def _rms_norm_nvfp4_cols(
-    hw, ve, vo, r, ww, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask,
-    K: tl.constexpr, KB_PAD: tl.constexpr, W_DT: tl.constexpr, HAS_RES: tl.constexpr,
-    NORM_DT: tl.constexpr, OUT_DT: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
-    SWIZZLE: tl.constexpr, FULL: tl.constexpr,
-):  # fmt: skip
-    """Stores block columns ``kb`` (words ``words``, real where ``mask``; None where ``FULL``)
-    of row ``row``: the new residual words ``hw`` with ``HAS_RES``, and NVFP4 of the values
-    ``ve`` / ``vo`` normalised by ``r`` times the weight words ``ww``."""
+def _store_residual(hw, res_out_ptr, row, words, mask, K: tl.constexpr, HAS_RES: tl.constexpr):
+    """With ``HAS_RES``, stores the new residual words ``hw`` (words ``words`` of row ``row``,
+    real where ``mask``) into ``res_out_ptr`` (contiguous ``[M, K / 2]`` words)."""
     if HAS_RES:
         tl.store(res_out_ptr + row.to(tl.int64) * (K // 2) + words, hw, mask=mask)
-    ze, zo = normed_pairs(ve, vo, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)
 
 
 @triton.jit
@@ -229,13 +222,12 @@ def _rms_norm_nvfp4_row(
     global scale ``g``): with ``EARLY`` the weight words are ``ww``, else they are read here,
     after the reduction. ``mask`` is the real words (None where ``FULL``: all of them)."""
     hw, ve, vo = _row_values(xw, rw, DT, HAS_RES)
+    _store_residual(hw, res_out_ptr, row, words, mask, K, HAS_RES)
     r = _row_inv_rms(ve, vo, K, eps)
     if not EARLY:
         ww = tl.load(w_ptr + words, mask=mask, other=None if FULL else 0)
-    _rms_norm_nvfp4_cols(
-        hw, ve, vo, r, ww, g, res_out_ptr, packed_ptr, scale_ptr, row, kb, words, mask, K,
-        KB_PAD, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE, FULL,
-    )  # fmt: skip
+    ze, zo = normed_pairs(ve, vo, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)
 
 
 @triton.jit
@@ -271,25 +263,24 @@ def rms_norm_nvfp4_kernel(
         FULL: tl.constexpr = K == NB * 16
         other = None if FULL else 0
         kb = tl.arange(0, NB)
-        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+        words = block_words(kb)
         mask = None if FULL else kb[:, None] < K // 16
         if PARTS > 1:
             row = pid // PARTS
             NP: tl.constexpr = NB // PARTS
             kbp = (pid % PARTS) * NP + tl.arange(0, NP)
-            wp = kbp[:, None] * 8 + tl.arange(0, 8)[None, :]
+            wp = block_words(kbp)
             maskp = None if FULL else kbp[:, None] < K // 16
             xw, rw = _row_words(x_ptr, res_ptr, row, sx, sr, words, mask, other, HAS_RES)
             xp, rp = _row_words(x_ptr, res_ptr, row, sx, sr, wp, maskp, other, HAS_RES)
             ww = tl.load(w_ptr + wp, mask=maskp, other=other)
             g = tl.load(g_ptr).to(tl.float32)
+            hp, pe, po = _row_values(xp, rp, DT, HAS_RES)
+            _store_residual(hp, res_out_ptr, row, wp, maskp, K, HAS_RES)
             _, ve, vo = _row_values(xw, rw, DT, HAS_RES)
             r = _row_inv_rms(ve, vo, K, eps)
-            hp, pe, po = _row_values(xp, rp, DT, HAS_RES)
-            _rms_norm_nvfp4_cols(
-                hp, pe, po, r, ww, g, res_out_ptr, packed_ptr, scale_ptr, row, kbp, wp, maskp,
-                K, KB_PAD, W_DT, HAS_RES, NORM_DT, OUT_DT, WEIGHT_FIRST, SWIZZLE, FULL,
-            )  # fmt: skip
+            ze, zo = normed_pairs(pe, po, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
+            store_nvfp4_pairs(ze, zo, row, kbp, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)
         else:
             xw, rw = _row_words(x_ptr, res_ptr, pid, sx, sr, words, mask, other, HAS_RES)
             if EARLY or LOOP:
@@ -377,7 +368,7 @@ def act_and_mul_nvfp4_kernel(
     else:
         FULL: tl.constexpr = (KB_PAD == K // 16) & ((K // 16) % NB == 0)
         kb = tl.program_id(1) * NB + tl.arange(0, NB)
-        words = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+        words = block_words(kb)
         mask = None if FULL else kb[:, None] < K // 16
         other = None if FULL else 0
         row64 = row.to(tl.int64)

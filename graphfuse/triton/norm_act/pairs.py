@@ -67,6 +67,13 @@ def join_pairs(lo, hi, DT: tl.constexpr):
 
 
 @triton.jit
+def block_words(kb):
+    """The ``[NB, 8]`` word indices of block columns ``kb`` (a block's 16 values are 8 words;
+    also the packed bytes' columns: a word's two values are one byte)."""
+    return kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+
+
+@triton.jit
 def unanalysed(x):
     """``x`` (int32) through an identity the compiler cannot see through. The swizzled scale
     store indexes with it: knowing four consecutive blocks' bytes adjacent, the compiler
@@ -102,7 +109,7 @@ def store_nvfp4_pairs(
         k = tl.full(k.shape, 1.0, tl.float32)
     packed = e2m1_byte_of_products(ze, zo, k).to(tl.uint8)
     row64 = row.to(tl.int64)
-    pcols = kb[:, None] * 8 + tl.arange(0, 8)[None, :]
+    pcols = block_words(kb)
     if SWIZZLE:
         soff = swizzled_row_offset(row64, KB_PAD // 4) + swizzled_col_offset(unanalysed(kb))
     else:
