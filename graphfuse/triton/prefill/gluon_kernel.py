@@ -209,10 +209,7 @@ def _consume(
                     q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False,
                     is_async=True,
                 )  # fmt: skip
-                if V_BITS == 8:  # fast mode: plain multiplies, placed by the compiler
-                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, orow_l), 1)
-                else:
-                    acc = _rescaled(acc, gl.convert_layout(alpha, orow_l))
+                acc = _rescaled(acc, gl.convert_layout(alpha, orow_l), V_BITS == 8)
                 mbarrier.wait(v_ready.index(sp), ((t + j - 1) // NSTAGE) & 1)
                 acc = _pv_mma(p_c, v_bufs, sp, acc, p_layout)
                 qk = warpgroup_mma_wait(1, deps=(qk,))
@@ -262,13 +259,16 @@ def _consume(
 
 
 @gluon.jit
-def _rescaled(acc, alpha):
+def _rescaled(acc, alpha, FAST: gl.constexpr):
     """``acc * alpha[:, None]``, computed where it is written: between the issue of tile j's
     ``Q K^T`` and tile j-1's ``P V``, as FlashAttention-3 orders it. As plain multiplies the
     compiler hoists them above the ``Q K^T`` issue (the wgmma is inline assembly with no
     operand in common), which delays the scores the softmax waits for by the 64 multiplies;
     as assembly with side effects they keep their place among the wgmma and barrier
-    instructions."""
+    instructions. ``FAST`` (FP8 P): plain multiplies, placed by the compiler (docs/gpu.md,
+    "The accumulator rescale between the two GEMM issues")."""
+    if FAST:
+        return acc * gl.expand_dims(alpha, 1)
     return gl.inline_asm_elementwise(
         "mul.f32 $0, $1, $2;", "=f,f,f", [acc, gl.expand_dims(alpha, 1)], dtype=gl.float32,
         is_pure=False, pack=1,
