@@ -335,12 +335,16 @@ def act_and_mul_pairs(ge, go, uw, DT: tl.constexpr, ACT: tl.constexpr):
 
 @triton.jit
 def act_and_mul_fp8_kernel(
-    gate_ptr, up_ptr, s_ptr, out_ptr, K, sg, su, ACT: tl.constexpr, CHUNK: tl.constexpr
-):
-    """Program (row, chunk): ``e4m3(activation(gate) * up * (1/scale))`` for ``CHUNK``
-    columns of one row into ``out_ptr`` (contiguous ``[M, K]``)."""
-    row64 = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
+    gate_ptr, up_ptr, s_ptr, out_ptr, K, sg, su, ACT: tl.constexpr, CHUNK: tl.constexpr,
+    CHUNKS: tl.constexpr,
+):  # fmt: skip
+    """Program ``pid``: ``e4m3(activation(gate) * up * (1/scale))`` for ``CHUNK`` columns (chunk
+    ``pid % CHUNKS``) of row ``pid // CHUNKS`` into ``out_ptr`` (contiguous ``[M, K]``). A
+    row's chunks are consecutive programs, which the hardware starts together, so the memory
+    read at once is a few contiguous rows rather than one chunk of many rows."""
+    pid = tl.program_id(0)
+    row64 = (pid // CHUNKS).to(tl.int64)
+    cols = (pid % CHUNKS) * CHUNK + tl.arange(0, CHUNK)
     mask = cols < K
     gv = tl.load(gate_ptr + row64 * sg + cols, mask=mask, other=0.0).to(tl.float32)
     uv = tl.load(up_ptr + row64 * su + cols, mask=mask, other=0.0).to(tl.float32)
@@ -354,20 +358,22 @@ def act_and_mul_nvfp4_kernel(
     gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K: tl.constexpr, KB_PAD: tl.constexpr,
     sg, su, DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
-    """Program (row < M, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
-    one row, read as ``[NB, 8]`` words (strides in words); no masks where the chunks tile the
-    row's blocks exactly. With ``SWIZZLE`` the chunks also cover the padding block columns
-    (zero scales), and the programs of rows from ``M`` on (the launcher adds them where M is
-    not a multiple of 128) zero the layout's padding rows."""
-    row = tl.program_id(0)
+    """Program ``pid``: NVFP4 of ``activation(gate) * up`` for ``NB`` blocks (chunk ``pid %
+    chunks``) of row ``pid // chunks`` (a row's chunks consecutive, as in
+    ``act_and_mul_fp8_kernel``), read as ``[NB, 8]`` words (strides in words); no masks where
+    the chunks tile the row's blocks exactly. With ``SWIZZLE`` the chunks also cover the
+    padding block columns (zero scales), and the programs of rows from ``M`` on (the launcher
+    adds them where M is not a multiple of 128) zero the layout's padding rows."""
+    CHUNKS: tl.constexpr = (KB_PAD + NB - 1) // NB
+    pid = tl.program_id(0)
+    row = pid // CHUNKS
     if row >= M:
         if SWIZZLE:
-            pid = (row - M) * tl.num_programs(1) + tl.program_id(1)
-            nprog = (tl.num_programs(0) - M) * tl.num_programs(1)
-            zero_sf_pad(scale_ptr, M, KB_PAD, pid, nprog, NB * 8)
+            first = M * CHUNKS
+            zero_sf_pad(scale_ptr, M, KB_PAD, pid - first, tl.num_programs(0) - first, NB * 8)
     else:
         FULL: tl.constexpr = (KB_PAD == K // 16) & ((K // 16) % NB == 0)
-        kb = tl.program_id(1) * NB + tl.arange(0, NB)
+        kb = (pid % CHUNKS) * NB + tl.arange(0, NB)
         words = block_words(kb)
         mask = None if FULL else kb[:, None] < K // 16
         other = None if FULL else 0
