@@ -112,9 +112,10 @@ def _norm_act(s: torch.Tensor) -> None:
 
 
 def _warp_specialised(s: torch.Tensor) -> None:
-    """The warp-specialised Hopper prefill kernel (``prefill/gluon_kernel.py``): both memory orders,
-    GQA, K and V in different memory orders, every causal form, 16-bit, FP8 and NVFP4 out, FP8
-    inputs in both precisions, more row blocks than SMs; each call counted."""
+    """The warp-specialised Hopper prefill kernel (``prefill/gluon_kernel.py``): both memory
+    orders, GQA, K and V in different memory orders (V also K-major), every causal form,
+    16-bit, FP8 and NVFP4 out, FP8 inputs in both precisions, more row blocks than SMs; each
+    call counted."""
     from graphfuse.triton.ops import attention_run as run
     from graphfuse.triton.prefill import launch
 
@@ -124,13 +125,11 @@ def _warp_specialised(s: torch.Tensor) -> None:
     dev = "cuda"
 
     def make(h, sq, d, dt, mem):
-        x = (
-            torch.randn(2, sq, h, d, device=dev)
-            if mem == "bshd"
-            else torch.randn(2, h, sq, d, device=dev)
-        )
-        x = (x * 8).to(dt)
-        return x.transpose(1, 2) if mem == "bshd" else x
+        shape = {"bshd": (2, sq, h, d), "bhds": (2, h, d, sq)}.get(mem, (2, h, sq, d))
+        x = (torch.randn(shape, device=dev) * 8).to(dt)
+        if mem == "bhsd":
+            return x
+        return x.transpose(1, 2) if mem == "bshd" else x.transpose(2, 3)
 
     n = 0
     for d, mems, dt, causal, hq, sq, prec in (
@@ -139,6 +138,8 @@ def _warp_specialised(s: torch.Tensor) -> None:
         (128, ("bhsd", "bhsd", "bshd"), torch.bfloat16, "none", 8, 256, "default"),
         (128, ("bshd", "bhsd", "bhsd"), FP8, "top_left", 8, 256, "default"),
         (64, ("bshd", "bhsd", "bshd"), FP8, "top_left", 8, 256, "fast"),
+        # V K-major: upcast into contiguous rows (quant.launch.fp8_upcast)
+        (128, ("bhsd", "bhsd", "bhds"), FP8, "top_left", 8, 256, "default"),
         # 512 row blocks: several a persistent program, some with no key tile
         (128, ("bhsd", "bhsd", "bhsd"), FP8, "bottom_right", 32, 1024, "default"),
         (128, ("bhsd", "bhsd", "bhsd"), FP8, "bottom_right", 32, 1024, "fast"),

@@ -84,7 +84,8 @@ def test_fp8_quant_dequant_bit_exact(seed: int) -> None:
 def test_fp8_upcast_exact(dtype: torch.dtype) -> None:
     """Every e4m3 byte, in a prefill-sized V (2 x 8 x 4099 x 128, odd sequence length so the
     last program is partial) and its permuted view: bit-equal to PyTorch's conversion, the
-    strides kept."""
+    strides kept; K-major (the sequence the unit stride) and a strided slice with
+    ``contiguous=True``: bit-equal and contiguous."""
     from graphfuse.triton.quant.launch import fp8_upcast
 
     g = torch.Generator().manual_seed(3)
@@ -93,6 +94,11 @@ def test_fp8_upcast_exact(dtype: torch.dtype) -> None:
     for xv in (x, x.transpose(1, 2)):
         got = fp8_upcast(xv, dtype)
         assert got.stride() == xv.stride()
+        assert _same_float(got, xv.to(dtype))
+    k_major = x.view(2, 8, 128, 4099).transpose(2, 3)
+    for xv in (k_major, x[:, :, 1::3, :100]):
+        got = fp8_upcast(xv, dtype, contiguous=True)
+        assert got.is_contiguous()
         assert _same_float(got, xv.to(dtype))
 
 

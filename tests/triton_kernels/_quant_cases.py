@@ -55,22 +55,34 @@ def run_all() -> list[dict]:
 
 
 def upcast_records() -> list[dict]:
-    """``fp8_upcast`` of every e4m3 byte (a ``[2, 4, 32]`` tensor, contiguous and as a permuted
-    view, whose strides the output keeps) to float16 and bfloat16, bit for bit against
-    PyTorch's conversion (NaN bytes to NaN)."""
+    """``fp8_upcast`` of every e4m3 byte, bit for bit against PyTorch's conversion (NaN bytes
+    to NaN), to float16 and bfloat16: a ``[2, 4, 32]`` tensor contiguous and as a permuted
+    view (whose strides the output keeps), that view with ``contiguous=True``, a K-major
+    ``[2, 3, 70, 72]`` V (unit stride along the sequence; 70 x 72 leaves partial 64 x 64
+    tiles) and a strided slice (not dense); the last three come back contiguous."""
     from graphfuse.triton.quant.launch import fp8_upcast
 
     x = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).view(2, 4, 32)
+    big = torch.arange(2 * 3 * 72 * 70, dtype=torch.int64).remainder(256).to(torch.uint8)
+    big = big.view(torch.float8_e4m3fn).view(2, 3, 72, 70)
+    views = {
+        "contiguous": (x, False),
+        "permuted": (x.permute(0, 2, 1), False),
+        "permuted, contiguous=True": (x.permute(0, 2, 1), True),
+        "K-major V": (big.transpose(2, 3), True),
+        "strided slice": (big[:, :, ::2, 1:], False),
+    }
     records = []
-    for view in ("contiguous", "permuted"):
-        xv = x if view == "contiguous" else x.permute(0, 2, 1)
+    for view, (xv, contiguous) in views.items():
+        keeps = view in ("contiguous", "permuted")
         for dt in (torch.float16, torch.bfloat16):
-            got, want = fp8_upcast(xv, dt), xv.to(dt)
+            got, want = fp8_upcast(xv, dt, contiguous=contiguous), xv.to(dt)
             same = (got == want) | (got.isnan() & want.isnan())
-            bad = int((~same).sum()) + int(got.stride() != xv.stride())
+            layout_ok = got.stride() == xv.stride() if keeps else got.is_contiguous()
+            bad = int((~same).sum()) + int(not layout_ok)
             record = {"op": "fp8_upcast", "dtype": str(dt), "view": view, "bad_bytes": bad}
             if bad:
-                record["error"] = f"{bad} values (or the strides) differ from torch's conversion"
+                record["error"] = f"{bad} values (or the layout) differ from torch's conversion"
             records.append(record)
     return records
 

@@ -139,8 +139,8 @@ def gluon_attention_into(
         v_rb, v_rh, v_ch = hkv * d, d, 0
         v_desc = _descriptor(vv, d, WS_BLOCK_N)
     else:
-        if v.dtype == FP8:
-            v = fp8_upcast(v)  # keeps v's strides; a K-major V becomes contiguous rows
+        if v.dtype == FP8:  # keeps v's strides where they are rows, else contiguous rows
+            v = fp8_upcast(v, contiguous=rows_view(v) is None)
         if rows_view(v) is None:
             v = v.contiguous()
         vv, v_rb, v_rh, v_ch = rows_view(v)

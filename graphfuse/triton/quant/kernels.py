@@ -46,6 +46,27 @@ def fp8_upcast_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def fp8_upcast_rows_kernel(
+    x_ptr, out_ptr, S, D, sb, sh, ss, sd, BS: tl.constexpr, BD: tl.constexpr
+):  # fmt: skip
+    """``out[b, h] = x[b, h]`` for one ``[BS, BD]`` tile of the ``(b, h)`` matrix (grid: tiles,
+    H, B): ``x`` float8_e4m3fn ``[B, H, S, D]`` with any strides, ``out`` a contiguous 16-bit
+    ``[B, H, S, D]``. The loads run along whichever of ``s`` / ``d`` has unit stride, the
+    stores along ``d`` (Triton exchanges the layouts through shared memory)."""
+    nd = tl.cdiv(D, BD)
+    s = (tl.program_id(0) // nd) * BS + tl.arange(0, BS)
+    d = (tl.program_id(0) % nd) * BD + tl.arange(0, BD)
+    h = tl.program_id(1).to(tl.int64)
+    b = tl.program_id(2).to(tl.int64)
+    mask = (s[:, None] < S) & (d[None, :] < D)
+    src = x_ptr + b * sb + h * sh + s[:, None].to(tl.int64) * ss + d[None, :].to(tl.int64) * sd
+    x = tl.load(src, mask=mask, other=0.0)
+    row0 = (b * tl.num_programs(1) + h) * S
+    dst = out_ptr + (row0 + s[:, None]) * D + d[None, :]
+    tl.store(dst, x.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _scale_offsets(rows64, kb, KB, KB_PAD, SWIZZLED: tl.constexpr):
     """Byte offsets of block scales (rows, block columns): swizzled, or linear ``[M, KB]``."""
     if SWIZZLED:

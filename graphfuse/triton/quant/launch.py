@@ -13,12 +13,15 @@ from .kernels import (
     fp8_dequant_kernel,
     fp8_quant_kernel,
     fp8_upcast_kernel,
+    fp8_upcast_rows_kernel,
     nvfp4_dequant_kernel,
     nvfp4_quant_kernel,
 )
 
 _BLOCK = 2048  # elements a program of the FP8 kernels
 _UPCAST_BLOCK = 8192  # elements a program of the upcast (8 warps: 32 bytes in, 64 out a thread)
+_UPCAST_TILE = 64  # rows and columns of a tile of the upcast into contiguous rows
+_GRID_YZ = 65535  # the largest second and third grid dimension
 _BM, _NB = 32, 4  # rows and 16-blocks a program of the NVFP4 kernels
 
 
@@ -60,19 +63,34 @@ def _dense(t: torch.Tensor) -> bool:
     return True
 
 
-def fp8_upcast(x: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
-    """``x`` (float8_e4m3fn) as a new 16-bit tensor, exactly, with ``x``'s strides where ``x`` is
-    dense (a permuted layout stays permuted), else contiguous: the hardware conversion at copy
+def fp8_upcast(
+    x: torch.Tensor, dtype: torch.dtype = torch.float16, contiguous: bool = False
+) -> torch.Tensor:
+    """``x`` (float8_e4m3fn) as a new 16-bit tensor, exactly: the hardware conversion at copy
     speed (``x.to(torch.float16)`` converts in software: 50 µs for a prefill's 16.8M-element V
-    on an H100).
+    on an H100). The result keeps ``x``'s strides where ``x`` is dense (a permuted layout
+    stays permuted) and ``contiguous`` is false; otherwise it is contiguous, converted and
+    rearranged in one pass (a K-major ``[B, H, S, D]`` V, ``S`` the unit stride, becomes
+    ``[S, D]`` rows without a second copy).
 
     Example::
 
         v16 = fp8_upcast(v8)  # v8: float8_e4m3fn on CUDA
+        rows16 = fp8_upcast(v8.transpose(-1, -2), contiguous=True)
     """
     if x.dtype != torch.float8_e4m3fn or dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"fp8_upcast: float8_e4m3fn to a 16-bit dtype, got {x.dtype} -> {dtype}")
-    if not _dense(x):
+    if (contiguous and not x.is_contiguous()) or not _dense(x):
+        if x.dim() <= 4 and x.numel():
+            x4 = x[(None,) * (4 - x.dim())]  # leading unit dims: a [B, H, S, D] view
+            b, h, rows, cols = x4.shape
+            if b <= _GRID_YZ and h <= _GRID_YZ:
+                out = torch.empty(x.shape, dtype=dtype, device=x.device)
+                tiles = triton.cdiv(rows, _UPCAST_TILE) * triton.cdiv(cols, _UPCAST_TILE)
+                fp8_upcast_rows_kernel[(tiles, h, b)](
+                    x4, out, rows, cols, *x4.stride(), BS=_UPCAST_TILE, BD=_UPCAST_TILE
+                )
+                return out
         x = x.contiguous()
     out = torch.empty_like(x, dtype=dtype)  # x's strides (dense x)
     n = x.numel()
