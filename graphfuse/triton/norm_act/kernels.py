@@ -358,22 +358,20 @@ def act_and_mul_nvfp4_kernel(
     gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K: tl.constexpr, KB_PAD: tl.constexpr,
     sg, su, DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
 ):  # fmt: skip
-    """Program ``pid``: NVFP4 of ``activation(gate) * up`` for ``NB`` blocks (chunk ``pid %
-    chunks``) of row ``pid // chunks`` (a row's chunks consecutive, as in
-    ``act_and_mul_fp8_kernel``), read as ``[NB, 8]`` words (strides in words); no masks where
-    the chunks tile the row's blocks exactly. With ``SWIZZLE`` the chunks also cover the
-    padding block columns (zero scales), and the programs of rows from ``M`` on (the launcher
-    adds them where M is not a multiple of 128) zero the layout's padding rows."""
-    CHUNKS: tl.constexpr = (KB_PAD + NB - 1) // NB
-    pid = tl.program_id(0)
-    row = pid // CHUNKS
+    """Program (row < M, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
+    one row, read as ``[NB, 8]`` words (strides in words); no masks where the chunks tile the
+    row's blocks exactly. With ``SWIZZLE`` the chunks also cover the padding block columns
+    (zero scales), and the programs of rows from ``M`` on (the launcher adds them where M is
+    not a multiple of 128) zero the layout's padding rows."""
+    row = tl.program_id(0)
     if row >= M:
         if SWIZZLE:
-            first = M * CHUNKS
-            zero_sf_pad(scale_ptr, M, KB_PAD, pid - first, tl.num_programs(0) - first, NB * 8)
+            pid = (row - M) * tl.num_programs(1) + tl.program_id(1)
+            nprog = (tl.num_programs(0) - M) * tl.num_programs(1)
+            zero_sf_pad(scale_ptr, M, KB_PAD, pid, nprog, NB * 8)
     else:
         FULL: tl.constexpr = (KB_PAD == K // 16) & ((K // 16) % NB == 0)
-        kb = (pid % CHUNKS) * NB + tl.arange(0, NB)
+        kb = tl.program_id(1) * NB + tl.arange(0, NB)
         words = block_words(kb)
         mask = None if FULL else kb[:, None] < K // 16
         other = None if FULL else 0

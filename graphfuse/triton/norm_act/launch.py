@@ -293,7 +293,7 @@ def act_and_mul_quant_nvfp4_into(
     nb = min(NB_ACT, triton.next_power_of_2(sshape[1]))
     chunks = triton.cdiv(sshape[1], nb)
     pad_rows = triton.cdiv(_pad_programs(m, sshape[1], swizzle), chunks)
-    act_and_mul_nvfp4_kernel[((m + pad_rows) * chunks,)](
+    act_and_mul_nvfp4_kernel[(m + pad_rows, chunks)](
         g2, u2, global_scale, packed, block_scale.view(torch.uint8), m, k, sshape[1],
         g2.stride(0), u2.stride(0), DT=TL_DTYPE[gate.dtype], ACT=act, SWIZZLE=bool(swizzle),
         NB=nb, num_warps=_act_nvfp4_warps(m * chunks, sm_count(gate.device)), **_EXACT,
