@@ -220,6 +220,28 @@ def test_ws_kv_in_different_memory_orders(first: str, ws_calls: list) -> None:
     assert not torch.isnan(out).any() and err < 2e-2, err
 
 
+def test_ws_fp8_default_v_k_major(ws_calls: list) -> None:
+    """FP8 q / k / v in the default precision with V stored K-major (``[B, H, D, S]`` memory,
+    upcast into contiguous rows by the launcher): the FP8 output's bytes equal those of the
+    same V in ``[S, D]`` rows (the kernel sees the same fp16 V), and match the reference."""
+    from graphfuse.triton.ops import attention_run as run
+
+    c = dict(b=2, hq=8, hkv=2, sq=256, skv=384, d=128, dtype=FP8, mem="bhsd", seed=23)
+    q, k, v, qs, ks, vs = ws_inputs(c)
+    v_k_major = v.transpose(-1, -2).contiguous().transpose(-1, -2)
+    outs = []
+    for vv in (v, v_k_major):
+        args = (q, k, vv, qs, ks, vs, None, "top_left", None, "bshd", "default")
+        o8 = torch.full((2, 256, 8, 128), 0x7F, dtype=torch.uint8, device="cuda").view(FP8)
+        wide = attention_fp32(*args, compute_dtype=torch.float64).float()
+        s_o = torch.tensor([wide.abs().max().item() / 448.0], device="cuda")
+        run(*args, o8, 1, s_o)
+        check_fp8(o8, fp8_static_quant_ref(wide, s_o), wide, s_o.item())
+        outs.append(o8.view(torch.uint8))
+    assert len(ws_calls) == 2
+    assert torch.equal(outs[0], outs[1])
+
+
 def _run_fast_case(c: dict, ws_calls: list) -> None:
     """Fast mode (FP8 P·V) through the Gluon kernel: docs/numerics.md's fast-mode acceptance
     against the fp64 reference for 16-bit, FP8 and NVFP4 outputs (the rules, or the e4m3
