@@ -29,6 +29,10 @@ CLASSES = (
     # paged: long contexts on a full grid: wide tiles, one split, a sequence's KV heads
     # side by side
     (True, 0, 256, 2048, (128, 4, 3, 1, False, True, True, False)),
+    # paged, FP8 KV, at least 768 (sequence, KV head) pairs, short contexts (B=128 ctx 1k):
+    # one warp a program on 32-token tiles, three stages, head-major (at 512 pairs, B=64, the
+    # 4-warp row below is faster)
+    (True, 1, 768, 0, (32, 1, 3, None, False, False, True, True)),
     # paged, full grid, short contexts (B=128 ctx 1k): 64-token tiles, two stages, head-major
     (True, 0, 512, 0, (64, 4, 2, None, False, False, True, True)),
     (True, 0, 256, 0, (64, 4, 3, None, False, False, False, True)),
