@@ -58,7 +58,10 @@ def main() -> None:
     from graphfuse.triton.decode.paged import paged_into
 
     o = torch.empty(3, 8, 128, device=dev, dtype=FP8)
-    for cfg in ({"splits": 1}, {"splits": 5}, {"splits": 5, "prefetch": True}):
+    for cfg in (
+        {"splits": 1}, {"splits": 5}, {"splits": 5, "prefetch": True}, {"splits": 1, "pdl": True},
+        {"splits": 5, "pdl": True},
+    ):  # fmt: skip
         paged_into(*pa, o, 1, s, config=cfg)
     from graphfuse.ops._checks import nvfp4_shapes
 

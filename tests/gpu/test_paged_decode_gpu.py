@@ -226,3 +226,43 @@ def test_paged_decode_opcheck_cuda() -> None:
     torch.library.opcheck(
         ops.paged_decode_attention_nvfp4.default, (*args, s * 1e4), test_utils=utils
     )
+
+
+def test_paged_decode_dependent_launch_chain() -> None:
+    """With ``pdl`` the decode kernel launches while the kernel before it (here the previous
+    call's merge, which lets it) is still running, and must wait before reading: a call whose
+    q is the previous call's output, eagerly and replayed from a CUDA graph with that output
+    poisoned first, gives the bytes of the same calls without dependent launches."""
+    from graphfuse.triton.decode.paged import paged_into
+
+    gen = torch.Generator().manual_seed(23)
+    q, cache, tables, lens, ks, vs = make_paged(8, 32, 8, 128, 16, 64, FP8, gen)
+    s_o = torch.tensor([0.002], device=DEV)
+    o1 = torch.empty_like(q)
+    o2 = torch.empty(q.shape, dtype=FP8, device=DEV)
+
+    def chain(pdl: bool) -> None:
+        o1.fill_(float("nan"))
+        for splits in (5, 1):
+            cfg = {"splits": splits, "pdl": pdl}
+            paged_into(q, cache, tables, lens, None, ks, vs, None, o1, 0, config=cfg)
+            paged_into(o1, cache, tables, lens, None, ks, vs, None, o2, 1, s_o, config=cfg)
+
+    chain(False)
+    ref = o2.view(torch.uint8).clone()
+    assert not torch.isnan(o1).any()
+    chain(True)
+    assert torch.equal(o2.view(torch.uint8), ref)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chain(True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(3):
+            chain(True)
+    o2.view(torch.uint8).fill_(0xFF)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o2.view(torch.uint8), ref)

@@ -4,8 +4,8 @@ One kernel design ships (``kernels.py``); what varies with the shape is the tile
 tokens), ``num_warps`` / ``num_stages``, the split count, whether the next KV tile is
 double-buffered in registers (``prefetch``) instead of left to Triton's pipeliner, whether
 block-table entries are read one tile ahead (``bt_ahead``, paged KV), the grid order
-(``head_major``: ``(Hkv, B, splits)``) and whether the split merge is a programmatic
-dependent launch (``pdl``, sm_90 and later; ``kernels.py``). The rows are the winners of the
+(``head_major``: ``(Hkv, B, splits)``) and whether the decode kernel and the split merge are
+programmatic dependent launches (``pdl``, sm_90 and later; ``kernels.py``). The rows are the winners of the
 decode sweeps that docs/gpu.md records: the class of a launch is its KV kind (paged or
 dense, and the element size), its program count ``B * Hkv`` and its context length. Split
 counts and tiles depend on shapes only (no host sync), so every launch is CUDA-graph

@@ -9,11 +9,15 @@ once. Paged or dense KV.
 With one split the kernel writes the final output itself; with more, each split writes its
 unnormalised partial (fp32 acc, running max, sum) and ``decode_merge`` combines them and then
 quantizes (FP8 / NVFP4 / 16-bit): the quantizer sees the merged output, never a partial.
-Where the configuration row says ``pdl`` (``config.py``; sm_90 and later) the merge is a
-programmatic dependent launch (``PDL``): the decode kernel's programs signal at their start
-that it may launch, so its programs are resident and waiting (``griddepcontrol.wait``: the
-decode grid complete, its writes visible) when the last decode program ends, instead of
-being launched then.
+Where the configuration row says ``pdl`` (``config.py``; sm_90 and later) both kernels are
+programmatic dependent launches (``PDL``) and each lets its successor launch at its start:
+the merge's programs are resident and waiting (``griddepcontrol.wait``: the decode grid
+complete, its writes visible) when the last decode program ends, instead of being launched
+then, and the decode kernel, launched the same way, waits for the kernel before it (the
+previous call's merge, or whatever wrote q and the cache) before its first load, so its own
+launch overlaps that kernel's end where that kernel lets it (FlashInfer launches its XQA
+decode this way). After a kernel that does not signal, the launch waits for its end as a
+plain launch does.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ def decode_kernel(
     PREFETCH: tl.constexpr, BT_AHEAD: tl.constexpr, HEAD_MAJOR: tl.constexpr,
     SF_PAD: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # the merge's programs may start once every program here has (module docstring)
-        gdc_launch_dependents()
+    if PDL:  # the next kernel may launch once every program here has; the previous one's
+        gdc_launch_dependents()  # writes are visible after the wait (module docstring)
+        gdc_wait()
     if HEAD_MAJOR:
         hk = tl.program_id(0).to(tl.int64)
         b = tl.program_id(1).to(tl.int64)
@@ -65,7 +70,8 @@ def decode_kernel(
     hi = tl.minimum(lo + CHUNK, seq_len)
     acc, m_i, l_i = walk_kv(
         q, qk_scale, tl.zeros([GP, DP], tl.float32), tl.full([GP], float("-inf"), tl.float32),
-        tl.zeros([GP], tl.float32), kv, BT + b * sbt, lo, hi, PAGE, tl.arange(0, BLOCK_N),
+        tl.zeros([GP], tl.float32), kv, BT + b * sbt, lo, hi, tl.minimum(lo + CHUNK, SKV),
+        PAGE, tl.arange(0, BLOCK_N),
         offs_d, offs_d < D, DOT_DT, PAGED, PREFETCH, BT_AHEAD, BLOCK_N,
     )  # fmt: skip
     if SPLIT_OUT:  # the unnormalised partials: PO [B, HQ, S, DP] fp32, PML [B, HQ, S, 2]
@@ -97,6 +103,7 @@ def decode_merge(
     rows = tl.program_id(0) + tl.arange(0, 1)
     rmask = rows < NROWS
     if PDL:  # launched early: wait until the decode kernel's partials are written
+        gdc_launch_dependents()
         gdc_wait()
     o, l_tot = merge_splits(PO, PML, rows, rmask, NSPLIT, tl.arange(0, DP), SC, DP)
     write_rows(

@@ -96,7 +96,7 @@ def decode_into(
             zero_scale_padding(sf, nv_m, nv_k // 16)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     split_out = splits > 1
-    pdl = split_out and cfg["pdl"] and _has_pdl(q.device)
+    pdl = cfg["pdl"] and _has_pdl(q.device)
     if split_out:
         po = torch.empty((bsz, hq, splits, dp), dtype=torch.float32, device=q.device)
         pml = torch.empty((bsz, hq, splits, 2), dtype=torch.float32, device=q.device)
@@ -118,7 +118,7 @@ def decode_into(
         Q_RESCALE=q_rescale, GP=max(16, triton.next_power_of_2(g)), BLOCK_N=block_n, DP=dp,
         PREFETCH=cfg["prefetch"], BT_AHEAD=cfg["bt_ahead"], HEAD_MAJOR=cfg["head_major"],
         SF_PAD=pad_in_kernel, PDL=pdl, num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"],
+        num_stages=cfg["num_stages"], **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     if split_out:
         warps, sc = merge_launch(splits)

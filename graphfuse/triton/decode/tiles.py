@@ -46,12 +46,15 @@ def q_prep(
 
 
 @triton.jit
-def _block_ids(BT_row, start, hi, PAGE: tl.constexpr, offs_n, PAGED: tl.constexpr):
-    """Cache block of each token ``start + offs_n`` (int64, 0 where masked or dense)."""
+def _block_ids(BT_row, start, bt_hi, PAGE: tl.constexpr, offs_n, PAGED: tl.constexpr):
+    """Cache block of each token ``start + offs_n`` below ``bt_hi`` (int64, 0 where masked or
+    dense). ``bt_hi`` bounds the table row, not the sequence: the entries past the sequence's
+    length are read too (the KV loads that would use them are masked), so this load does not
+    wait for the length's."""
     if PAGED:
         tok = start + offs_n
         page = (tok.to(tl.uint32) // PAGE).to(tl.int32)  # tok >= 0: a shift, no sign fix
-        blk = tl.load(BT_row + page, mask=tok < hi, other=0).to(tl.int64)
+        blk = tl.load(BT_row + page, mask=tok < bt_hi, other=0).to(tl.int64)
     else:
         blk = tl.zeros_like(offs_n).to(tl.int64)
     return blk
@@ -111,11 +114,13 @@ def _attend(q, k, v, tmask, acc, m_i, l_i, qk_scale, DOT_DT: tl.constexpr):
 
 @triton.jit
 def walk_kv(
-    q, qk_scale, acc, m_i, l_i, kv, BT_row, lo, hi, PAGE: tl.constexpr, offs_n, offs_d, dmask,
+    q, qk_scale, acc, m_i, l_i, kv, BT_row, lo, hi, bt_hi, PAGE: tl.constexpr, offs_n, offs_d,
+    dmask,
     DOT_DT: tl.constexpr, PAGED: tl.constexpr, PREFETCH: tl.constexpr, BT_AHEAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Online softmax over tokens ``lo .. hi-1`` in tiles of BLOCK_N tokens.
+    """Online softmax over tokens ``lo .. hi-1`` in tiles of BLOCK_N tokens (``bt_hi``: the
+    end of this split's part of the block-table row, ``_block_ids``).
 
     PREFETCH: tile i+1's loads are issued before tile i is used (registers double-buffer;
     the loop itself is not software-pipelined); otherwise Triton's pipeliner overlaps them.
@@ -124,21 +129,21 @@ def walk_kv(
     shared-memory buffers instead of one).
     """
     if PREFETCH:  # tile lo's loads before the loop
-        blk = _block_ids(BT_row, lo, hi, PAGE, offs_n, PAGED)
+        blk = _block_ids(BT_row, lo, bt_hi, PAGE, offs_n, PAGED)
         k, v, tm = _kv_load(kv, blk, lo, hi, offs_n, PAGE, offs_d, dmask, PAGED)
         if BT_AHEAD:
-            blk = _block_ids(BT_row, lo + BLOCK_N, hi, PAGE, offs_n, PAGED)
+            blk = _block_ids(BT_row, lo + BLOCK_N, bt_hi, PAGE, offs_n, PAGED)
     elif BT_AHEAD:
-        blk = _block_ids(BT_row, lo, hi, PAGE, offs_n, PAGED)
+        blk = _block_ids(BT_row, lo, bt_hi, PAGE, offs_n, PAGED)
     for start in tl.range(lo, hi, BLOCK_N, num_stages=1 if PREFETCH else None):
         nxt = start  # the tile loaded in this iteration
         if PREFETCH:
             k_c, v_c, t_c = k, v, tm
             nxt = start + BLOCK_N
         if BT_AHEAD:
-            blk_n = _block_ids(BT_row, nxt + BLOCK_N, hi, PAGE, offs_n, PAGED)
+            blk_n = _block_ids(BT_row, nxt + BLOCK_N, bt_hi, PAGE, offs_n, PAGED)
         else:
-            blk = _block_ids(BT_row, nxt, hi, PAGE, offs_n, PAGED)
+            blk = _block_ids(BT_row, nxt, bt_hi, PAGE, offs_n, PAGED)
         k, v, tm = _kv_load(kv, blk, nxt, hi, offs_n, PAGE, offs_d, dmask, PAGED)
         if BT_AHEAD:
             blk = blk_n
