@@ -1,15 +1,14 @@
 """The decode kernel's launch configuration per shape class, as data (no Triton import).
 
 One kernel design ships (``kernels.py``); what varies with the shape is the tile (``block_n``
-tokens), ``num_warps`` / ``num_stages``, the split count, whether the next KV tile is
-double-buffered in registers (``prefetch``) instead of left to Triton's pipeliner, whether
-block-table entries are read one tile ahead (``bt_ahead``, paged KV), the grid order
-(``head_major``: ``(Hkv, B, splits)``) and whether the decode kernel and the split merge are
-programmatic dependent launches (``pdl``, sm_90 and later; ``kernels.py``). The rows are the winners of the
-decode sweeps that docs/gpu.md records: the class of a launch is its KV kind (paged or
-dense, and the element size), its program count ``B * Hkv`` and its context length. Split
-counts and tiles depend on shapes only (no host sync), so every launch is CUDA-graph
-capturable.
+tokens), ``num_warps`` / ``num_stages``, the split count, whether the next KV tile is double-
+buffered in registers (``prefetch``) instead of left to Triton's pipeliner, whether block-table
+entries are read one tile ahead (``bt_ahead``, paged KV), the grid order (``head_major``:
+``(Hkv, B, splits)``) and whether the decode kernel and the split merge are programmatic
+dependent launches (``pdl``, sm_90 and later; ``kernels.py``). The rows are the winners of the
+decode sweeps that docs/gpu.md records: the class of a launch is its KV kind (paged or dense,
+and the element size), its program count ``B * Hkv`` and its context length. Split counts and
+tiles depend on shapes only (no host sync), so every launch is CUDA-graph capturable.
 """
 
 from __future__ import annotations
@@ -38,9 +37,10 @@ CLASSES = (
     (True, 0, 256, 0, (64, 4, 3, None, False, False, False, True)),
     # paged, B ~ 8: table one tile ahead, a sequence's KV heads side by side
     (True, 0, 9, 0, (64, 4, 3, None, False, True, True, True)),
-    # paged, B = 1: 8 warps, no pipelining; the merge launched after the decode kernel (a
-    # programmatic dependent launch measured slower here, faster on the rows above)
-    (True, 0, 0, 0, (64, 8, 1, None, False, True, False, False)),
+    # paged, B = 1: 8 warps, no pipelining; from 2048 tokens (32 splits and more) the
+    # dependent launches measured slower
+    (True, 0, 0, 2048, (64, 8, 1, None, False, True, False, False)),
+    (True, 0, 0, 0, (64, 8, 1, None, False, True, False, True)),
     # dense KV (the attention ops with Sq = 1; the dependent launch not timed here)
     (False, 0, 512, 0, (128, 4, 3, None, False, False, False, False)),
     (False, 0, 32, 0, (64, 4, 3, None, False, False, False, False)),

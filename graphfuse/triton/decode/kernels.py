@@ -10,14 +10,15 @@ With one split the kernel writes the final output itself; with more, each split 
 unnormalised partial (fp32 acc, running max, sum) and ``decode_merge`` combines them and then
 quantizes (FP8 / NVFP4 / 16-bit): the quantizer sees the merged output, never a partial.
 Where the configuration row says ``pdl`` (``config.py``; sm_90 and later) both kernels are
-programmatic dependent launches (``PDL``) and each lets its successor launch at its start:
-the merge's programs are resident and waiting (``griddepcontrol.wait``: the decode grid
-complete, its writes visible) when the last decode program ends, instead of being launched
-then, and the decode kernel, launched the same way, waits for the kernel before it (the
-previous call's merge, or whatever wrote q and the cache) before its first load, so its own
-launch overlaps that kernel's end where that kernel lets it (FlashInfer launches its XQA
-decode this way). After a kernel that does not signal, the launch waits for its end as a
-plain launch does.
+programmatic dependent launches (``PDL``). The decode kernel lets the merge launch at its
+start, so the merge's programs are resident and waiting (``griddepcontrol.wait``: the decode
+grid complete, its writes visible) when the last decode program ends, instead of being
+launched then; the merge lets the next kernel launch once its wait returns (at its start it
+would put the next call's decode programs on the SMs beside this call's, which measured
+slower). The decode kernel waits for the kernel before it (the previous call's merge, or
+whatever wrote q and the cache) before its first load, so its launch overlaps that kernel's
+end where that kernel lets it (FlashInfer launches its XQA decode this way); after a kernel
+that does not signal, it launches when that kernel ends, as a plain launch does.
 """
 
 from __future__ import annotations
@@ -102,9 +103,9 @@ def decode_merge(
     (``merge_splits``), and writes the row in the output format."""
     rows = tl.program_id(0) + tl.arange(0, 1)
     rmask = rows < NROWS
-    if PDL:  # launched early: wait until the decode kernel's partials are written
+    if PDL:  # launched early: wait until the decode kernel's partials are written, then let
+        gdc_wait()  # the next kernel launch
         gdc_launch_dependents()
-        gdc_wait()
     o, l_tot = merge_splits(PO, PML, rows, rmask, NSPLIT, tl.arange(0, DP), SC, DP)
     write_rows(
         o, l_tot, (rows // HQ).to(tl.int64), rows % HQ, rmask, VS, OSC, OUT, SF, sob, soh,
