@@ -42,8 +42,8 @@ def decode_kernel(
     PREFETCH: tl.constexpr, BT_AHEAD: tl.constexpr, HEAD_MAJOR: tl.constexpr,
     SF_PAD: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # the next kernel may launch once every program here has; the previous one's
-        gdc_launch_dependents()  # writes are visible after the wait (module docstring)
+    if PDL:  # the merge may launch; then the previous kernel's writes (module docstring)
+        gdc_launch_dependents()
         gdc_wait()
     if HEAD_MAJOR:
         hk = tl.program_id(0).to(tl.int64)
@@ -69,11 +69,11 @@ def decode_kernel(
         kv = (K + b * skb + hk * skh, V + b * svb + hk * svh, skb, skt, svb, svt)
     lo = split * CHUNK
     hi = tl.minimum(lo + CHUNK, seq_len)
+    bt_hi = tl.minimum(lo + CHUNK, SKV)  # the split's part of the block-table row
     acc, m_i, l_i = walk_kv(
         q, qk_scale, tl.zeros([GP, DP], tl.float32), tl.full([GP], float("-inf"), tl.float32),
-        tl.zeros([GP], tl.float32), kv, BT + b * sbt, lo, hi, tl.minimum(lo + CHUNK, SKV),
-        PAGE, tl.arange(0, BLOCK_N),
-        offs_d, offs_d < D, DOT_DT, PAGED, PREFETCH, BT_AHEAD, BLOCK_N,
+        tl.zeros([GP], tl.float32), kv, BT + b * sbt, lo, hi, bt_hi, PAGE,
+        tl.arange(0, BLOCK_N), offs_d, offs_d < D, DOT_DT, PAGED, PREFETCH, BT_AHEAD, BLOCK_N,
     )  # fmt: skip
     if SPLIT_OUT:  # the unnormalised partials: PO [B, HQ, S, DP] fp32, PML [B, HQ, S, 2]
         base = (b * HQ + heads) * nsplit + split

@@ -115,9 +115,8 @@ def _attend(q, k, v, tmask, acc, m_i, l_i, qk_scale, DOT_DT: tl.constexpr):
 @triton.jit
 def walk_kv(
     q, qk_scale, acc, m_i, l_i, kv, BT_row, lo, hi, bt_hi, PAGE: tl.constexpr, offs_n, offs_d,
-    dmask,
-    DOT_DT: tl.constexpr, PAGED: tl.constexpr, PREFETCH: tl.constexpr, BT_AHEAD: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    dmask, DOT_DT: tl.constexpr, PAGED: tl.constexpr, PREFETCH: tl.constexpr,
+    BT_AHEAD: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Online softmax over tokens ``lo .. hi-1`` in tiles of BLOCK_N tokens (``bt_hi``: the
     end of this split's part of the block-table row, ``_block_ids``).
