@@ -1,12 +1,13 @@
-"""The decode launch's split count from shapes only (``graphfuse/triton/decode/config.py``,
-host side, no Triton): at most four programs an SM, rounded down; at least 4 key tiles a
-split (one tile a split below 32 (sequence, KV head) pairs); at most 64."""
+"""The decode launch's split count and configuration row from shapes only
+(``graphfuse/triton/decode/config.py``, host side, no Triton). Splits: at most four programs an
+SM, rounded down; at least 4 key tiles a split (one tile a split below 32 (sequence, KV head)
+pairs); at most 64."""
 
 from __future__ import annotations
 
 import pytest
 
-from graphfuse.triton.decode.config import choose_splits
+from graphfuse.triton.decode.config import choose_splits, decode_config
 
 
 @pytest.mark.parametrize(
@@ -23,3 +24,26 @@ from graphfuse.triton.decode.config import choose_splits
 )
 def test_choose_splits(b: int, hkv: int, ctx: int, block_n: int, want: int) -> None:
     assert choose_splits(b, hkv, ctx, 132, block_n) == want
+
+
+@pytest.mark.parametrize(
+    "b, hkv, ctx, kv_bytes, want",
+    [
+        # FP8 KV from 768 (sequence, KV head) pairs: one warp on 32-token tiles
+        (128, 8, 1024, 1, {"num_warps": 1, "block_n": 32, "pdl": True}),
+        (96, 8, 1536, 1, {"num_warps": 1, "block_n": 32}),
+        # below 768 pairs, or a 16-bit cache: the 4-warp rows
+        (64, 8, 1024, 1, {"num_warps": 4, "block_n": 64}),
+        (128, 8, 1024, 2, {"num_warps": 4, "block_n": 64}),
+        # long contexts on a full grid: one split, wide FP8 tiles
+        (64, 8, 4096, 1, {"block_n": 128, "splits": 1, "pdl": False}),
+        # B ~ 8 and B = 1 at short contexts: dependent launches; B = 1 from 2048 tokens: none
+        (8, 8, 1024, 1, {"num_warps": 4, "pdl": True}),
+        (1, 8, 1024, 1, {"num_warps": 8, "pdl": True}),
+        (1, 8, 4096, 1, {"num_warps": 8, "pdl": False}),
+    ],
+)
+def test_decode_config_rows(b: int, hkv: int, ctx: int, kv_bytes: int, want: dict) -> None:
+    """The configuration table's row for a shape class (the first matching row wins)."""
+    cfg = decode_config(True, b, hkv, ctx, kv_bytes=kv_bytes)
+    assert {k: cfg[k] for k in want} == want
