@@ -81,22 +81,33 @@ def fp8_upcast(
     if x.dtype != torch.float8_e4m3fn or dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"fp8_upcast: float8_e4m3fn to a 16-bit dtype, got {x.dtype} -> {dtype}")
     if (contiguous and not x.is_contiguous()) or not _dense(x):
-        if x.dim() <= 4 and x.numel():
-            x4 = x[(None,) * (4 - x.dim())]  # leading unit dims: a [B, H, S, D] view
-            b, h, rows, cols = x4.shape
-            if b <= _GRID_YZ and h <= _GRID_YZ:
-                out = torch.empty(x.shape, dtype=dtype, device=x.device)
-                tiles = triton.cdiv(rows, _UPCAST_TILE) * triton.cdiv(cols, _UPCAST_TILE)
-                fp8_upcast_rows_kernel[(tiles, h, b)](
-                    x4, out, rows, cols, *x4.stride(), BS=_UPCAST_TILE, BD=_UPCAST_TILE
-                )
-                return out
+        rows = _upcast_rows(x, dtype)
+        if rows is not None:
+            return rows
         x = x.contiguous()
     out = torch.empty_like(x, dtype=dtype)  # x's strides (dense x)
     n = x.numel()
     if n:
         grid = (triton.cdiv(n, _UPCAST_BLOCK),)
         fp8_upcast_kernel[grid](x, out, n, BLOCK=_UPCAST_BLOCK, num_warps=8)
+    return out
+
+
+def _upcast_rows(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """``x`` converted into a new contiguous tensor by ``fp8_upcast_rows_kernel`` (any strides,
+    at most 4 dims, seen as ``[B, H, S, D]``); None where the grid cannot take it (more dims,
+    no elements, B or H beyond CUDA's second and third grid dimension)."""
+    if x.dim() > 4 or not x.numel():
+        return None
+    x4 = x[(None,) * (4 - x.dim())]  # leading unit dims: a [B, H, S, D] view
+    b, h, rows, cols = x4.shape
+    if b > _GRID_YZ or h > _GRID_YZ:
+        return None
+    out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    tiles = triton.cdiv(rows, _UPCAST_TILE) * triton.cdiv(cols, _UPCAST_TILE)
+    fp8_upcast_rows_kernel[(tiles, h, b)](
+        x4, out, rows, cols, *x4.stride(), BS=_UPCAST_TILE, BD=_UPCAST_TILE
+    )
     return out
 
 
