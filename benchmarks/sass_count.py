@@ -171,11 +171,10 @@ def compile_prefill(
 _DECODE_ARGS = (
     "Q", "K", "V", "QS", "KS", "VS", "BT", "LENS", "OSC", "OUT", "SF", "PO", "PML",
     "sqb", "sqh", "skb", "skh", "skt", "svb", "svh", "svt", "sbt", "HQ", "G", "SKV", "sm_scale",
-    "CHUNK", "sob", "soh", "NV_M", "NV_K", "NV_KBPAD",
+    "CHUNK", "sob", "soh", "NV_M",
 )  # fmt: skip
 _MERGE_ARGS = (
-    "PO", "PML", "VS", "OSC", "OUT", "SF", "NROWS", "HQ", "NSPLIT", "D", "sob", "soh", "NV_K",
-    "NV_KBPAD",
+    "PO", "PML", "VS", "OSC", "OUT", "SF", "NROWS", "NSPLIT", "sob", "soh", "NV_M",
 )  # fmt: skip
 
 
@@ -191,21 +190,24 @@ def _compile_decode(out: str, workdir: str) -> list[tuple[str, tuple[list[str], 
     cfg = decode_config(True, 8, 8, 1024)
     merge_warps, merge_sc = merge_launch(4)
     out_ty, kind = ("*u8", 2) if out == "nvfp4" else ("*fp8e4nv", 1)
+    # the [B, Hq * D] view of the output (NVFP4), or one head's D columns
+    nv = {"NV_K": 4096, "NV_KBPAD": 256} if kind == 2 else {"NV_K": 128, "NV_KBPAD": 4}
     ptrs = {"Q": "*bf16", "K": "*fp8e4nv", "V": "*fp8e4nv", "QS": "*bf16", "KS": "*fp32",
             "VS": "*fp32", "BT": "*i32", "LENS": "*i32", "OSC": "*fp32", "OUT": out_ty,
             "SF": "*u8" if out == "nvfp4" else out_ty, "PO": "*fp32", "PML": "*fp32"}  # fmt: skip
-    runtime_ints = ("HQ", "G", "SKV", "NROWS", "NSPLIT", "D", "NV_M")
+    runtime_ints = ("HQ", "G", "SKV", "NROWS", "NSPLIT", "NV_M")
     found = []
     for fn, names, const, options in (
         (kernels.decode_kernel, _DECODE_ARGS,
          {"PAGE": 16, "D": 128, "HAS_QS": False, "HAS_KS": True, "HAS_VS": True, "PAGED": True,
           "SPLIT_OUT": True, "OUT_KIND": kind, "DOT_DT": tl.float16, "Q_RESCALE": True,
           "GP": 16, "BLOCK_N": cfg["block_n"], "DP": 128, "PREFETCH": cfg["prefetch"],
-          "BT_AHEAD": cfg["bt_ahead"], "HEAD_MAJOR": cfg["head_major"], "SF_PAD": kind == 2,
-          "PDL": cfg["pdl"]},
+          "BT_AHEAD": cfg["bt_ahead"], "HEAD_MAJOR": cfg["head_major"], "SF_PAD": False,
+          "PDL": cfg["pdl"], **nv},
          {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}),
         (kernels.decode_merge, _MERGE_ARGS,
-         {"HAS_VS": True, "OUT_KIND": kind, "SC": merge_sc, "DP": 128, "PDL": cfg["pdl"]},
+         {"HAS_VS": True, "OUT_KIND": kind, "SC": merge_sc, "HQ": 32, "D": 128, "DP": 128,
+          "SF_PAD": kind == 2, "PDL": cfg["pdl"], **nv},
          {"num_warps": merge_warps}),
     ):  # fmt: skip
         sig = {n: ptrs.get(n, "fp32" if n == "sm_scale" else "i32") for n in names}

@@ -35,9 +35,9 @@ from .tiles import merge_splits, q_prep, walk_kv, write_rows
 def decode_kernel(
     Q, K, V, QS, KS, VS, BT, LENS, OSC, OUT, SF, PO, PML,
     sqb, sqh, skb, skh, skt, svb, svh, svt, sbt, PAGE: tl.constexpr,
-    HQ, G, SKV, D: tl.constexpr, sm_scale, CHUNK, sob, soh, NV_M, NV_K, NV_KBPAD,
-    HAS_QS: tl.constexpr, HAS_KS: tl.constexpr, HAS_VS: tl.constexpr, PAGED: tl.constexpr,
-    SPLIT_OUT: tl.constexpr, OUT_KIND: tl.constexpr, DOT_DT: tl.constexpr,
+    HQ, G, SKV, D: tl.constexpr, sm_scale, CHUNK, sob, soh, NV_M, NV_K: tl.constexpr,
+    NV_KBPAD: tl.constexpr, HAS_QS: tl.constexpr, HAS_KS: tl.constexpr, HAS_VS: tl.constexpr,
+    PAGED: tl.constexpr, SPLIT_OUT: tl.constexpr, OUT_KIND: tl.constexpr, DOT_DT: tl.constexpr,
     Q_RESCALE: tl.constexpr, GP: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr,
     PREFETCH: tl.constexpr, BT_AHEAD: tl.constexpr, HEAD_MAJOR: tl.constexpr,
     SF_PAD: tl.constexpr, PDL: tl.constexpr,
@@ -85,29 +85,36 @@ def decode_kernel(
             acc, l_i, b, heads, gmask, VS, OSC, OUT, SF, sob, soh, D, NV_K, NV_KBPAD,
             HAS_VS, OUT_KIND, DP,
         )  # fmt: skip
-    if OUT_KIND == 2:
-        if SF_PAD:  # also with split partials: the merge writes real rows only
-            np0 = tl.num_programs(0)
-            np1 = tl.num_programs(1)
-            pid = (split * np1 + tl.program_id(1)) * np0 + tl.program_id(0)
-            zero_sf_pad(SF, NV_M, NV_KBPAD, pid, np0 * np1 * nsplit, 128)
+    if SF_PAD:  # one split: the padding rows of the NVFP4 scales (the merge's otherwise)
+        np0 = tl.num_programs(0)
+        np1 = tl.num_programs(1)
+        pid = (split * np1 + tl.program_id(1)) * np0 + tl.program_id(0)
+        zero_sf_pad(SF, NV_M, NV_KBPAD, pid, np0 * np1 * nsplit, 128)
 
 
 @triton.jit
 def decode_merge(
-    PO, PML, VS, OSC, OUT, SF, NROWS, HQ, NSPLIT, D, sob, soh, NV_K, NV_KBPAD,
-    HAS_VS: tl.constexpr, OUT_KIND: tl.constexpr, SC: tl.constexpr, DP: tl.constexpr,
+    PO, PML, VS, OSC, OUT, SF, NROWS, HQ: tl.constexpr, NSPLIT, D: tl.constexpr, sob, soh,
+    NV_M, NV_K: tl.constexpr, NV_KBPAD: tl.constexpr, HAS_VS: tl.constexpr,
+    OUT_KIND: tl.constexpr, SC: tl.constexpr, DP: tl.constexpr, SF_PAD: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
-    """Program ``r`` merges the splits of row ``r`` (flat ``b * HQ + h``), SC a step
-    (``merge_splits``), and writes the row in the output format."""
-    rows = tl.program_id(0) + tl.arange(0, 1)
-    rmask = rows < NROWS
+    """Program ``r < NROWS`` merges the splits of row ``r`` (flat ``b * HQ + h``), SC a step
+    (``merge_splits``), and writes the row in the output format. With ``SF_PAD`` the programs
+    from ``NROWS`` on zero the padding rows of the NVFP4 scales, beside the rows' programs
+    (in the decode kernel they were a tail on every program)."""
+    pid = tl.program_id(0)
     if PDL:  # launched early: wait until the decode kernel's partials are written, then let
         gdc_wait()  # the next kernel launch
         gdc_launch_dependents()
-    o, l_tot = merge_splits(PO, PML, rows, rmask, NSPLIT, tl.arange(0, DP), SC, DP)
-    write_rows(
-        o, l_tot, (rows // HQ).to(tl.int64), rows % HQ, rmask, VS, OSC, OUT, SF, sob, soh,
-        D, NV_K, NV_KBPAD, HAS_VS, OUT_KIND, DP,
-    )  # fmt: skip
+    if pid >= NROWS:
+        if SF_PAD:
+            zero_sf_pad(SF, NV_M, NV_KBPAD, pid - NROWS, tl.num_programs(0) - NROWS, 128)
+    else:
+        rows = pid + tl.arange(0, 1)
+        rmask = rows < NROWS
+        o, l_tot = merge_splits(PO, PML, rows, rmask, NSPLIT, tl.arange(0, DP), SC, DP)
+        write_rows(
+            o, l_tot, (rows // HQ).to(tl.int64), rows % HQ, rmask, VS, OSC, OUT, SF, sob, soh,
+            D, NV_K, NV_KBPAD, HAS_VS, OUT_KIND, DP,
+        )  # fmt: skip

@@ -14,6 +14,10 @@ from ..host import TL_DTYPE, sm_count, zero_scale_padding
 from .config import choose_splits, decode_config
 from .kernels import decode_kernel, decode_merge
 
+# 32-bit words of NVFP4 scale padding a merge program zeroes (at most): 8 programs at
+# Hq * D = 4096
+MERGE_PAD_WORDS = 1024
+
 
 def merge_launch(splits: int) -> tuple[int, int]:
     """``(num_warps, splits a step)`` of the merge, whose programs take one (sequence, head)
@@ -117,15 +121,17 @@ def decode_into(
         PAGED=paged, SPLIT_OUT=split_out, OUT_KIND=out_kind, DOT_DT=TL_DTYPE[dot_dt],
         Q_RESCALE=q_rescale, GP=max(16, triton.next_power_of_2(g)), BLOCK_N=block_n, DP=dp,
         PREFETCH=cfg["prefetch"], BT_AHEAD=cfg["bt_ahead"], HEAD_MAJOR=cfg["head_major"],
-        SF_PAD=pad_in_kernel, PDL=pdl, num_warps=cfg["num_warps"],
+        SF_PAD=pad_in_kernel and not split_out, PDL=pdl, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     if split_out:
         warps, sc = merge_launch(splits)
-        decode_merge[(bsz * hq,)](
-            po, pml, vs_arg, osc_arg, out, sf_u8, bsz * hq, hq, splits, d, sob, soh, nv_k,
-            nv_kbpad, HAS_VS=v_scale is not None, OUT_KIND=out_kind, SC=sc, DP=dp, PDL=pdl,
-            num_warps=warps, **({"launch_pdl": True} if pdl else {}),
+        pad = pad_in_kernel and nv_m % 128 != 0
+        pad_programs = triton.cdiv(nv_kbpad // 4 * 128, MERGE_PAD_WORDS) if pad else 0
+        decode_merge[(bsz * hq + pad_programs,)](
+            po, pml, vs_arg, osc_arg, out, sf_u8, bsz * hq, hq, splits, d, sob, soh, nv_m,
+            nv_k, nv_kbpad, HAS_VS=v_scale is not None, OUT_KIND=out_kind, SC=sc, DP=dp,
+            SF_PAD=pad, PDL=pdl, num_warps=warps, **({"launch_pdl": True} if pdl else {}),
         )  # fmt: skip
 
 
