@@ -56,9 +56,10 @@ def e2m1_magnitudes(lo, hi, k):
     """The magnitude bits of the packed NVFP4 byte of the exact products ``lo * k`` /
     ``hi * k`` (fp32, ``k >= 0`` with ``2 * k`` finite and ``k / 2`` normal or zero, broadcast
     by the caller), each rounded once to the e2m1 grid (rne, saturating at 6), ``lo``'s code
-    in bits 0-2 and ``hi``'s in bits 4-6 of a uint32 whose bits 3 and 7 are zero and whose
-    bits from 8 on are not (the caller's ``.to(tl.uint8)`` drops them): the low bytes of
-    ``_e2m1_magnitude``'s bits (``0x4B400000 * 16`` has a zero low byte too), one multiply-add."""
+    in bits 0-2 and ``hi``'s in bits 4-6 of a uint32 whose bits 3 and 7 are zero (the sign
+    bits' places) and whose bits from 8 on hold the magic constant's (the caller's
+    ``.to(tl.uint8)`` drops them): the low bytes of ``_e2m1_magnitude``'s bits
+    (``0x4B400000 * 16`` has a zero low byte too), one multiply-add."""
     mlo = _e2m1_magnitude(lo, k).to(tl.uint32, bitcast=True)
     mhi = _e2m1_magnitude(hi, k).to(tl.uint32, bitcast=True)
     return mlo + mhi * 16

@@ -102,7 +102,7 @@ def decode_merge(
     """Program ``r < NROWS`` merges the splits of row ``r`` (flat ``b * HQ + h``), SC a step
     (``merge_splits``), and writes the row in the output format. With ``SF_PAD`` the programs
     from ``NROWS`` on zero the padding rows of the NVFP4 scales, beside the rows' programs
-    (in the decode kernel they were a tail on every program)."""
+    rather than as a tail on every decode program."""
     pid = tl.program_id(0)
     if PDL:  # launched early: wait until the decode kernel's partials are written, then let
         gdc_wait()  # the next kernel launch
