@@ -1,5 +1,6 @@
 """Host-side helpers shared by the kernel launchers: Triton dtypes, scale checks, the zeroing
-of swizzled NVFP4 scale padding, the device's SM count."""
+of swizzled NVFP4 scale padding (and the programs that zero it in a kernel), the device's SM
+count."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ def zero_scale_padding(sf: torch.Tensor, m: int, kblocks: int) -> None:
         flat.zero_()
     elif mp != m:  # only the last 128-row tile holds padding rows; it is contiguous
         flat[(mp - 128) * kbp :].zero_()
+
+
+def sf_pad_programs(m: int, kb_pad: int, words: int) -> int:
+    """Programs that zero the padding rows of an ``[m, 16 * kb_pad]`` output's swizzled NVFP4
+    scales (``formats.zero_sf_pad``), at most ``words`` 32-bit words each: the
+    ``kb_pad / 4 * 128`` words of the last 128-row tile, none when ``m`` is a multiple of 128.
+    Launched beside the programs that write the real rows, so the zeros cost no tail."""
+    return 0 if m % 128 == 0 else -(-(kb_pad // 4 * 128) // words)
 
 
 def sm_count(device: torch.device) -> int:

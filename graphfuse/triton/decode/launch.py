@@ -10,7 +10,7 @@ import triton
 
 from graphfuse.ops.quant_ref import round_up
 
-from ..host import TL_DTYPE, sm_count, zero_scale_padding
+from ..host import TL_DTYPE, sf_pad_programs, sm_count, zero_scale_padding
 from .config import choose_splits, decode_config
 from .kernels import decode_kernel, decode_merge
 
@@ -126,12 +126,12 @@ def decode_into(
     )  # fmt: skip
     if split_out:
         warps, sc = merge_launch(splits)
-        pad = pad_in_kernel and nv_m % 128 != 0
-        pad_programs = triton.cdiv(nv_kbpad // 4 * 128, MERGE_PAD_WORDS) if pad else 0
+        pad_programs = sf_pad_programs(nv_m, nv_kbpad, MERGE_PAD_WORDS) if pad_in_kernel else 0
         decode_merge[(bsz * hq + pad_programs,)](
             po, pml, vs_arg, osc_arg, out, sf_u8, bsz * hq, hq, splits, d, sob, soh, nv_m,
             nv_k, nv_kbpad, HAS_VS=v_scale is not None, OUT_KIND=out_kind, SC=sc, DP=dp,
-            SF_PAD=pad, PDL=pdl, num_warps=warps, **({"launch_pdl": True} if pdl else {}),
+            SF_PAD=pad_programs > 0, PDL=pdl, num_warps=warps,
+            **({"launch_pdl": True} if pdl else {}),
         )  # fmt: skip
 
 

@@ -9,7 +9,7 @@ import triton
 
 from graphfuse.ops.quant_ref import nvfp4_scale_shape
 
-from ..host import TL_DTYPE, check_scale, sm_count
+from ..host import TL_DTYPE, check_scale, sf_pad_programs, sm_count
 from ..quant.launch import nvfp4_rows_cols
 from .kernels import (
     GELU_TANH,
@@ -45,9 +45,7 @@ def _pad_programs(m: int, kb_pad: int, swizzle: bool) -> int:
     """Programs that zero the swizzled layout's padding rows (none when there are none),
     launched beside the rows' programs: the zeros go out in parallel with the rows instead of
     after them (at T = 1 the 127 padding rows are most of the bytes written)."""
-    if not swizzle or m % 128 == 0:
-        return 0
-    return triton.cdiv(kb_pad // 4 * 128, PAD_WORDS)
+    return sf_pad_programs(m, kb_pad, PAD_WORDS) if swizzle else 0
 
 
 def _act_nvfp4_warps(programs: int, sms: int) -> int:
