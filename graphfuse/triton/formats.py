@@ -52,33 +52,17 @@ def _sign_bit(v):
 
 
 @triton.jit
-def e2m1_magnitudes(lo, hi, k):
-    """The magnitude bits of the packed NVFP4 byte of the exact products ``lo * k`` /
-    ``hi * k`` (fp32, ``k >= 0`` with ``2 * k`` finite and ``k / 2`` normal or zero, broadcast
-    by the caller), each rounded once to the e2m1 grid (rne, saturating at 6), ``lo``'s code
-    in bits 0-2 and ``hi``'s in bits 4-6 of a uint32 whose bits 3 and 7 are zero (the sign
-    bits' places) and whose bits from 8 on hold the magic constant's (the caller's
-    ``.to(tl.uint8)`` drops them): the low bytes of ``_e2m1_magnitude``'s bits
-    (``0x4B400000 * 16`` has a zero low byte too), one multiply-add."""
+def e2m1_byte_of_products(lo, hi, k):
+    """The packed NVFP4 byte of the exact products ``lo * k`` / ``hi * k`` (fp32, ``k >= 0``
+    with ``2 * k`` finite and ``k / 2`` normal or zero, broadcast by the caller), each rounded
+    once to the e2m1 grid (rne, saturating at 6, sign in bit 3), ``lo``'s code in the low
+    nibble, as the low 8 bits of a uint32 (the caller's ``.to(tl.uint8)`` drops the rest).
+    Integer multiply-adds only: the magnitude codes are the low bytes of
+    ``_e2m1_magnitude``'s bits (``0x4B400000 * 16`` has a zero low byte too), the signs
+    ``lo``'s and ``hi``'s (``_sign_bit``; ``k`` is not negative)."""
     mlo = _e2m1_magnitude(lo, k).to(tl.uint32, bitcast=True)
     mhi = _e2m1_magnitude(hi, k).to(tl.uint32, bitcast=True)
-    return mlo + mhi * 16
-
-
-@triton.jit
-def e2m1_signs(lo, hi):
-    """The sign bits of the packed NVFP4 byte of fp32 ``lo`` / ``hi`` (bit 3: ``lo``'s, bit 7:
-    ``hi``'s) as uint32 (``_sign_bit``: multiply-highs, off the logic pipe)."""
-    return _sign_bit(lo) * 8 + _sign_bit(hi) * 128
-
-
-@triton.jit
-def e2m1_byte_of_products(lo, hi, k):
-    """The packed NVFP4 byte of the exact products ``lo * k`` / ``hi * k`` (``e2m1_magnitudes``'
-    conditions on ``k``; ``k`` is not negative, so the signs are ``lo``'s and ``hi``'s), sign
-    in bit 3 of each nibble, ``lo``'s code in the low nibble, as the low 8 bits of a uint32
-    (the caller's ``.to(tl.uint8)`` drops the rest)."""
-    return e2m1_magnitudes(lo, hi, k) + e2m1_signs(lo, hi)
+    return mlo + mhi * 16 + _sign_bit(lo) * 8 + _sign_bit(hi) * 128
 
 
 @triton.jit

@@ -26,13 +26,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..formats import e2m1_signs, e4m3, zero_sf_pad
+from ..formats import e4m3, zero_sf_pad
 from .pairs import (
     block_words,
     join_pairs,
     packed_products,
     packed_sums,
-    pair_signs,
     split_pairs,
     split_pairs_f32,
     store_nvfp4_pairs,
@@ -104,23 +103,19 @@ def normed_pairs(
     WEIGHT_FIRST: tl.constexpr,
 ):  # fmt: skip
     """``normed`` of the even / odd values ``ve`` / ``vo`` with the weight words ``ww``
-    (``split_pairs`` words of ``W_DT``), and their packed NVFP4 bytes' sign bits. Where the
-    norm, the weight and the product are one 16-bit dtype and the norm is rounded before the
-    weight multiply (the transformers spelling of a bf16 or fp16 model), a word's two products
-    are one packed multiply (``packed_products``) whose halves are the fp32 values
-    (``split_pairs_f32``) and whose sign bits are the signs' (``pair_signs``): the compiler's
-    own packing paired values of different words, which cost two more instructions a value
-    to re-pack the weights and unpack the products."""
+    (``split_pairs`` words of ``W_DT``). Where the norm, the weight and the product are one
+    16-bit dtype and the norm is rounded before the weight multiply (the transformers
+    spelling of a bf16 or fp16 model), a word's two products are one packed multiply
+    (``packed_products``) whose halves are the fp32 values (``split_pairs_f32``): the
+    compiler's own packing paired values of different words, which cost two more
+    instructions a value to re-pack the weights and unpack the products."""
     if NORM_DT == W_DT and OUT_DT == W_DT and W_DT.primitive_bitwidth == 16 and not WEIGHT_FIRST:
-        p = packed_products(ve * r, vo * r, ww, W_DT)
-        ze, zo = split_pairs_f32(p, W_DT)
-        signs = pair_signs(p)
+        ze, zo = split_pairs_f32(packed_products(ve * r, vo * r, ww, W_DT), W_DT)
     else:
         we, wo = split_pairs(ww, W_DT)
         ze = normed(ve, r, we, NORM_DT, OUT_DT, WEIGHT_FIRST)
         zo = normed(vo, r, wo, NORM_DT, OUT_DT, WEIGHT_FIRST)
-        signs = e2m1_signs(ze, zo)
-    return ze, zo, signs
+    return ze, zo
 
 
 @triton.jit
@@ -231,10 +226,8 @@ def _rms_norm_nvfp4_row(
     r = _row_inv_rms(ve, vo, K, eps)
     if not EARLY:
         ww = tl.load(w_ptr + words, mask=mask, other=None if FULL else 0)
-    ze, zo, signs = normed_pairs(ve, vo, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
-    store_nvfp4_pairs(
-        ze, zo, signs, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL
-    )  # fmt: skip
+    ze, zo = normed_pairs(ve, vo, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
+    store_nvfp4_pairs(ze, zo, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)
 
 
 @triton.jit
@@ -286,10 +279,8 @@ def rms_norm_nvfp4_kernel(
             _store_residual(hp, res_out_ptr, row, wp, maskp, K, HAS_RES)
             _, ve, vo = _row_values(xw, rw, DT, HAS_RES)
             r = _row_inv_rms(ve, vo, K, eps)
-            ze, zo, signs = normed_pairs(pe, po, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
-            store_nvfp4_pairs(
-                ze, zo, signs, row, kbp, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL
-            )  # fmt: skip
+            ze, zo = normed_pairs(pe, po, r, ww, W_DT, NORM_DT, OUT_DT, WEIGHT_FIRST)
+            store_nvfp4_pairs(ze, zo, row, kbp, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)
         else:
             xw, rw = _row_words(x_ptr, res_ptr, pid, sx, sr, words, mask, other, HAS_RES)
             if EARLY or LOOP:
@@ -330,19 +321,16 @@ def act_and_mul(g, u, DT: tl.constexpr, ACT: tl.constexpr):
 @triton.jit
 def act_and_mul_pairs(ge, go, uw, DT: tl.constexpr, ACT: tl.constexpr):
     """``act_and_mul`` of the even / odd gate values ``ge`` / ``go`` (fp32) and the up words
-    ``uw`` (``split_pairs`` words of ``DT``), and their packed NVFP4 bytes' sign bits; for
-    16-bit ``DT`` a word's two products are one packed multiply (``packed_products``, as
-    ``normed_pairs``)."""
+    ``uw`` (``split_pairs`` words of ``DT``); for 16-bit ``DT`` a word's two products are one
+    packed multiply (``packed_products``, as ``normed_pairs``)."""
     if DT.primitive_bitwidth == 16:
         p = packed_products(activation(ge, ACT), activation(go, ACT), uw, DT)
         pe, po = split_pairs_f32(p, DT)
-        signs = pair_signs(p)
     else:
         ue, uo = split_pairs(uw, DT)
         pe = act_and_mul(ge, ue, DT, ACT)
         po = act_and_mul(go, uo, DT, ACT)
-        signs = e2m1_signs(pe, po)
-    return pe, po, signs
+    return pe, po
 
 
 @triton.jit
@@ -391,8 +379,6 @@ def act_and_mul_nvfp4_kernel(
         gw = tl.load(gate_ptr + row64 * sg + words, mask=mask, other=other)
         uw = tl.load(up_ptr + row64 * su + words, mask=mask, other=other)
         ge, go = split_pairs_f32(gw, DT)
-        pe, po, signs = act_and_mul_pairs(ge, go, uw, DT, ACT)
+        pe, po = act_and_mul_pairs(ge, go, uw, DT, ACT)
         g = tl.load(g_ptr).to(tl.float32)
-        store_nvfp4_pairs(
-            pe, po, signs, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL
-        )  # fmt: skip
+        store_nvfp4_pairs(pe, po, row, kb, K, KB_PAD, g, packed_ptr, scale_ptr, SWIZZLE, FULL)

@@ -11,7 +11,7 @@ import triton.language as tl
 from ..formats import (
     FLT_MAX,
     amax_along,
-    e2m1_magnitudes,
+    e2m1_byte_of_products,
     nan_max,
     nvfp4_block_scale,
     scaled_for_e2m1,
@@ -20,7 +20,7 @@ from ..formats import (
 )
 
 # global scales whose block multipliers (``g / sf``, 0 or in ``[g * 2**-9, g * 2**9]``) the
-# NVFP4 encode folds into its rounding (``e2m1_magnitudes``: ``2 * inv`` finite,
+# NVFP4 encode folds into its rounding (``e2m1_byte_of_products``: ``2 * inv`` finite,
 # ``inv / 2`` normal or zero); outside, a multiply first (``scaled_for_e2m1``)
 _G_FUSED_MIN = tl.constexpr(2.0**-116)
 _G_FUSED_END = tl.constexpr(2.0**118)
@@ -67,18 +67,6 @@ def join_pairs(lo, hi, DT: tl.constexpr):
 
 
 @triton.jit
-def pair_signs(w):
-    """The sign bits of the packed NVFP4 byte of a word's two 16-bit floats (``formats.
-    e2m1_signs`` of its ``split_pairs``): bit 3 the low half's sign (bit 15), bit 7 the high
-    half's (bit 31), and bits only from 8 on besides (the byte store drops them). One mask and
-    one multiply-high a word, where the values' own signs take two multiply-highs: the product
-    of ``w & 0x80008000`` with ``2**20 + 2**8`` has bit 15 at bit 35 and bit 31 at bits 39 and
-    51, so its high word has them at bits 3, 7 and 19."""
-    s = (w & -2147450880).to(tl.uint32, bitcast=True)  # 0x80008000
-    return tl.umulhi(s, 1048832)  # 2**20 + 2**8
-
-
-@triton.jit
 def block_words(kb):
     """The ``[NB, 8]`` word indices of block columns ``kb`` (a block's 16 values are 8 words;
     also the packed bytes' columns: a word's two values are one byte)."""
@@ -98,17 +86,16 @@ def unanalysed(x):
 
 @triton.jit
 def store_nvfp4_pairs(
-    ze, zo, signs, row, kb, K: tl.constexpr, KB_PAD: tl.constexpr, g, packed_ptr, scale_ptr,
+    ze, zo, row, kb, K: tl.constexpr, KB_PAD: tl.constexpr, g, packed_ptr, scale_ptr,
     SWIZZLE: tl.constexpr, FULL: tl.constexpr,
 ):  # fmt: skip
     """NVFP4 of the even / odd values ``ze`` / ``zo`` (fp32 ``[NB, 8]``: block columns ``kb``
-    of row ``row``; ``signs``: their packed bytes' sign bits, ``formats.e2m1_signs`` or
-    ``pair_signs``) with the attention epilogues' block scale (``nvfp4_block_scale``: the
+    of row ``row``) with the attention epilogues' block scale (``nvfp4_block_scale``: the
     scale byte of ``quant_ref.nvfp4_quant_ref``, the encode multiplier within about 2 ulp of
     its ``1 / (sf / g)``): stores the packed bytes of the real block columns (< K/16) and
     their scale bytes, with ``SWIZZLE`` also zeros in the layout's padding columns (up to
     ``KB_PAD``); ``FULL``: every column of ``kb`` is real (no masks). Each value's product
-    with the multiplier is rounded once, to its e2m1 code (``e2m1_magnitudes``), for
+    with the multiplier is rounded once, to its e2m1 code (``e2m1_byte_of_products``), for
     global scales in ``[2**-116, 2**118)``; outside them it is rounded to fp32 first, and a
     multiplier clamped to FLT_MAX (a global scale of ``2**118`` or more) still sends every
     nonzero value to +-6 and keeps +-0, as the reference's infinite one does
@@ -120,7 +107,7 @@ def store_nvfp4_pairs(
         ze = scaled_for_e2m1(ze, k, big, g)
         zo = scaled_for_e2m1(zo, k, big, g)
         k = tl.full(k.shape, 1.0, tl.float32)
-    packed = (e2m1_magnitudes(ze, zo, k) + signs).to(tl.uint8)
+    packed = e2m1_byte_of_products(ze, zo, k).to(tl.uint8)
     row64 = row.to(tl.int64)
     pcols = block_words(kb)
     if SWIZZLE:
