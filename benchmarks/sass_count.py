@@ -11,7 +11,7 @@ specialisation (pointers, sizes and strides divisible by 16) of a real launch:
   ``EXIT``) and the values a thread holds on it. That code also holds what a row does not
   run: the division slow paths, and the side of the uniform branch on the global scale that
   scales the values before the encode (``g`` outside ``[2**-116, 2**118)``: one or two
-  multiplies a value; 75 of RMSNorm's 782), so a row issues about 700 (docs/serving.md, "Where
+  multiplies a value; 75 of RMSNorm's 807), so a row issues about 730 (docs/serving.md, "Where
   the NVFP4 kernels' time goes"). The kernels are compiled for that hidden size (``K`` is a
   compile-time constant, as the launchers pass it);
 - the warp-specialised Gluon prefill kernel (D=128) for each input / output pair: its
