@@ -35,8 +35,13 @@ def test_choose_splits(b: int, hkv: int, ctx: int, block_n: int, want: int) -> N
         # below 768 pairs, or a 16-bit cache: the 4-warp rows
         (64, 8, 1024, 1, {"num_warps": 4, "block_n": 64}),
         (128, 8, 1024, 2, {"num_warps": 4, "block_n": 64}),
-        # long contexts on a full grid: one split, wide FP8 tiles
-        (64, 8, 4096, 1, {"block_n": 128, "splits": 1, "pdl": False}),
+        # long contexts, FP8 KV, from 512 pairs: two warps on 64-token tiles, one split
+        (64, 8, 4096, 1, {"block_n": 64, "num_warps": 2, "splits": 1, "pdl": False}),
+        (128, 8, 2048, 1, {"block_n": 64, "num_warps": 2, "splits": 1}),
+        # long contexts on a full grid below 512 pairs: one split, wide FP8 tiles
+        (32, 8, 4096, 1, {"block_n": 128, "num_warps": 4, "splits": 1, "pdl": False}),
+        # long contexts, 16-bit KV: 64-token tiles in two stages
+        (64, 8, 4096, 2, {"block_n": 64, "num_warps": 4, "num_stages": 2}),
         # B ~ 8 and B = 1 at short contexts: dependent launches; B = 1 from 2048 tokens: none
         (8, 8, 1024, 1, {"num_warps": 4, "pdl": True}),
         (1, 8, 1024, 1, {"num_warps": 8, "pdl": True}),

@@ -25,6 +25,9 @@ CLASSES = (
     # paged, 16-bit KV, long contexts on a full grid: 64-token tiles in two stages (38 KB of
     # shared memory, 5 programs an SM, against 1 for the FP8 row's 128-token tiles)
     (True, 2, 256, 2048, (64, 4, 2, 1, False, True, False, False)),
+    # paged, FP8 KV, at least 512 (sequence, KV head) pairs, long contexts (B=64 ctx 4096):
+    # two warps a program on 64-token tiles in three stages, one split, head-major
+    (True, 1, 512, 2048, (64, 2, 3, 1, False, True, True, False)),
     # paged: long contexts on a full grid: wide tiles, one split, a sequence's KV heads
     # side by side
     (True, 0, 256, 2048, (128, 4, 3, 1, False, True, True, False)),
@@ -56,10 +59,10 @@ def decode_config(
     sweeps; unknown keys raise ValueError).
 
     Example:
-        >>> decode_config(True, 64, 8, 4096)["block_n"]
+        >>> decode_config(True, 64, 8, 4096)["num_warps"]
+        2
+        >>> decode_config(True, 32, 8, 4096)["block_n"]
         128
-        >>> decode_config(True, 64, 8, 4096, kv_bytes=2)["block_n"]
-        64
     """
     knobs = next(
         k
