@@ -23,7 +23,7 @@ KNOBS = (
 # ``choose_splits``); the first matching row wins
 CLASSES = (
     # paged, 16-bit KV, long contexts on a full grid: 64-token tiles in two stages (38 KB of
-    # shared memory, 5 programs an SM, against 1 for the FP8 row's 128-token tiles)
+    # shared memory, 5 programs an SM, against 1 with the 128-token tiles below)
     (True, 2, 256, 2048, (64, 4, 2, 1, False, True, False, False)),
     # paged, FP8 KV, at least 512 (sequence, KV head) pairs, long contexts (B=64 ctx 4096):
     # two warps a program on 64-token tiles in three stages, one split, head-major
