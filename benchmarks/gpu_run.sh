@@ -7,6 +7,8 @@
 #                                              # fi_stripped.tar.xz + wheels/), warmed, then
 #                                              # attention_gpu and norm_act_quant_gpu
 #   bash benchmarks/gpu_run.sh fast            # fast-mode numerics and time split
+#   bash benchmarks/gpu_run.sh decode-ab [KIT] # decode configurations against each other and
+#                                              # XQA (benchmarks/decode_config_ab.py)
 #
 # Stages can be combined: `checks fast` (about 5 minutes on an H100) fits one 10-minute call,
 # `table KIT` (about 7 minutes with FlashInfer's first build) the next. Without KIT (or with a
@@ -15,11 +17,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 for stage in "$@"; do
     case "$stage" in
-        checks | table | fast) ;;
-        *) [ -d "$stage" ] || { echo "gpu_run: unknown stage '$stage' (checks, table [KIT], fast)"; exit 2; } ;;
+        checks | table | fast | decode-ab) ;;
+        *) [ -d "$stage" ] || {
+            echo "gpu_run: unknown stage '$stage' (checks, table [KIT], fast, decode-ab [KIT])"
+            exit 2
+        } ;;
     esac
 done
-[ $# -gt 0 ] || { sed -n 2,13p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,15p "$0"; exit 2; }
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -27,9 +32,13 @@ T0=$(date +%s)
 say() { echo "[gpu_run $(( $(date +%s) - T0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || exit 1
 
-checks() {
+build() {
     timeout 300 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1
     say "extension build rc=$?"
+}
+
+checks() {
+    build
     timeout 400 python3 -m pytest -q -n 8 -p no:cacheprovider tests/gpu > "$OUT/tests_gpu.log" 2>&1
     say "tests/gpu rc=$?: $(tail -1 "$OUT/tests_gpu.log")"
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck \
@@ -37,25 +46,36 @@ checks() {
     say "memcheck rc=$?: $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
 }
 
+# FlashInfer from the kit $1 onto PYTHONPATH, then its kernels $2.. built (all without names)
+peer() {
+    local kit=$1 site=/tmp/flashinfer_site
+    shift
+    mkdir -p "$site"
+    tar -xJf "$kit/fi_stripped.tar.xz" -C "$site" && python3 -m pip install -q --no-index \
+        --no-deps --no-compile --no-cache-dir --target "$site" "$kit"/wheels/*.whl
+    export PYTHONPATH=$PYTHONPATH:$site CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+    export PATH=$CUDA_HOME/bin:$PATH
+    export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer_ws
+    timeout 420 python3 -m benchmarks.flashinfer_peer warm "$@"
+    say "FlashInfer warm rc=$?"
+}
+
 table() {
-    local kit=${1:-}
-    if [ -n "$kit" ]; then
-        local site=/tmp/flashinfer_site
-        mkdir -p "$site"
-        tar -xJf "$kit/fi_stripped.tar.xz" -C "$site" && python3 -m pip install -q --no-index \
-            --no-deps --no-compile --no-cache-dir --target "$site" "$kit"/wheels/*.whl
-        export PYTHONPATH=$PYTHONPATH:$site CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-        export PATH=$CUDA_HOME/bin:$PATH
-        export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer_ws
-        timeout 420 python3 -m benchmarks.flashinfer_peer warm
-        say "FlashInfer warm rc=$?"
-    fi
+    [ -n "${1:-}" ] && peer "$1"
     timeout 400 python3 -m benchmarks.attention_gpu --json "$OUT/attention_gpu.json" 2>&1 |
         grep -v Warning | tail -25
     say "attention table done"
     timeout 200 python3 -m benchmarks.norm_act_quant_gpu --json "$OUT/norm_act_quant_gpu.json" \
         2>&1 | tail -40
     say "norm / act table done"
+}
+
+decode_ab() {
+    python3 -c "import graphfuse._C" 2> /dev/null || build
+    [ -n "${1:-}" ] && peer "$1" decode_xqa
+    timeout 400 python3 -m benchmarks.decode_config_ab --json "$OUT/decode_config_ab.json" 2>&1 |
+        grep -v Warning | tail -40
+    say "decode configuration A/B done"
 }
 
 fast() {
@@ -69,6 +89,7 @@ while [ $# -gt 0 ]; do
         checks) checks ;;
         fast) fast ;;
         table) if [ -n "${2:-}" ] && [ -d "$2" ]; then table "$2"; shift; else table; fi ;;
+        decode-ab) if [ -n "${2:-}" ] && [ -d "$2" ]; then decode_ab "$2"; shift; else decode_ab; fi ;;
     esac
     shift
 done

@@ -52,3 +52,21 @@ def test_decode_config_rows(b: int, hkv: int, ctx: int, kv_bytes: int, want: dic
     """The configuration table's row for a shape class (the first matching row wins)."""
     cfg = decode_config(True, b, hkv, ctx, kv_bytes=kv_bytes)
     assert {k: cfg[k] for k in want} == want
+
+
+def test_config_ab_cases_name_the_table_rows() -> None:
+    """``benchmarks/decode_config_ab``'s long-context A/B times the table's FP8 row for B=64
+    ctx 4096 (its ``tiles64_warps2``) against the row it replaced (``tiles128_warps4``, the
+    table's row for fewer pairs); its arguments parse or fail with a one-line error."""
+    pytest.importorskip("triton")
+    ab = pytest.importorskip("benchmarks.decode_config_ab")
+
+    assert decode_config(True, 64, 8, 4096) == ab.ROW_64
+    assert decode_config(True, 32, 8, 4096) == ab.ROW_128
+    assert ab.parse_shape("128,40,8,1024") == (128, 40, 8, 1024)
+    assert ab.parse_config('s2={"splits": 2}') == ("s2", {"splits": 2})
+    for bad in ('x={"tile": 16}', "x=[1]", "noequals", 'x={"splits": 2'):
+        with pytest.raises(SystemExit, match="--config"):
+            ab.parse_config(bad)
+    with pytest.raises(SystemExit, match="--shape"):
+        ab.parse_shape("64,32,7,4096")
