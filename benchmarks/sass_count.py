@@ -178,38 +178,51 @@ _MERGE_ARGS = (
 )  # fmt: skip
 
 
-def _compile_decode(out: str, workdir: str) -> list[tuple[str, tuple[list[str], int, int]]]:
-    """(name, ``_compile``'s result) of the decode kernel and its merge, FP8 cache, ``out``
-    FP8 or NVFP4, as ``decode/launch.decode_into`` launches them for the B ~ 8 class."""
+def compile_decode(
+    out: str, workdir: str, cfg: dict | None = None, kv: str = "fp8"
+) -> list[tuple[str, tuple[list[str], int, int]]]:
+    """(name, ``_compile``'s result) of the decode kernel and its merge, paged ``kv`` cache
+    (``fp8`` with its dequant scales, or ``bf16``), bf16 q, ``out`` FP8 or NVFP4, as
+    ``decode/launch.decode_into`` launches them for Llama-3-8B heads (32 / 8, D=128) with the
+    knobs ``cfg`` (default: the B ~ 8 class's row); the merge only where the row splits (a
+    split count of None is ``choose_splits``', more than one on the GPUs lent)."""
     import triton.language as tl
 
     from graphfuse.triton.decode import kernels
     from graphfuse.triton.decode.config import decode_config
     from graphfuse.triton.decode.launch import merge_launch
 
-    cfg = decode_config(True, 8, 8, 1024)
+    cfg = cfg or decode_config(True, 8, 8, 1024)
+    fp8 = kv == "fp8"
+    split_out = cfg["splits"] != 1
     merge_warps, merge_sc = merge_launch(4)
     out_ty, kind = ("*u8", 2) if out == "nvfp4" else ("*fp8e4nv", 1)
     # the [B, Hq * D] view of the output (NVFP4), or one head's D columns
     nv = {"NV_K": 4096, "NV_KBPAD": 256} if kind == 2 else {"NV_K": 128, "NV_KBPAD": 4}
-    ptrs = {"Q": "*bf16", "K": "*fp8e4nv", "V": "*fp8e4nv", "QS": "*bf16", "KS": "*fp32",
+    kv_ty = "*fp8e4nv" if fp8 else "*bf16"
+    ptrs = {"Q": "*bf16", "K": kv_ty, "V": kv_ty, "QS": "*bf16", "KS": "*fp32",
             "VS": "*fp32", "BT": "*i32", "LENS": "*i32", "OSC": "*fp32", "OUT": out_ty,
             "SF": "*u8" if out == "nvfp4" else out_ty, "PO": "*fp32", "PML": "*fp32"}  # fmt: skip
     runtime_ints = ("HQ", "G", "SKV", "NROWS", "NSPLIT", "NV_M")
-    found = []
-    for fn, names, const, options in (
+    kernels_to_compile = [
         (kernels.decode_kernel, _DECODE_ARGS,
-         {"PAGE": 16, "D": 128, "HAS_QS": False, "HAS_KS": True, "HAS_VS": True, "PAGED": True,
-          "SPLIT_OUT": True, "OUT_KIND": kind, "DOT_DT": tl.float16, "Q_RESCALE": True,
-          "GP": 16, "BLOCK_N": cfg["block_n"], "DP": 128, "PREFETCH": cfg["prefetch"],
-          "BT_AHEAD": cfg["bt_ahead"], "HEAD_MAJOR": cfg["head_major"], "SF_PAD": False,
-          "PDL": cfg["pdl"], **nv},
+         {"PAGE": 16, "D": 128, "HAS_QS": False, "HAS_KS": fp8, "HAS_VS": fp8, "PAGED": True,
+          "SPLIT_OUT": split_out, "OUT_KIND": kind,
+          "DOT_DT": tl.float16 if fp8 else tl.bfloat16, "Q_RESCALE": fp8, "GP": 16,
+          "BLOCK_N": cfg["block_n"], "DP": 128, "PREFETCH": cfg["prefetch"],
+          "BT_AHEAD": cfg["bt_ahead"], "HEAD_MAJOR": cfg["head_major"],
+          "SF_PAD": kind == 2 and not split_out, "PDL": cfg["pdl"], **nv},
          {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}),
-        (kernels.decode_merge, _MERGE_ARGS,
-         {"HAS_VS": True, "OUT_KIND": kind, "SC": merge_sc, "HQ": 32, "D": 128, "DP": 128,
-          "SF_PAD": kind == 2, "PDL": cfg["pdl"], **nv},
-         {"num_warps": merge_warps}),
-    ):  # fmt: skip
+    ]  # fmt: skip
+    if split_out:
+        kernels_to_compile.append(
+            (kernels.decode_merge, _MERGE_ARGS,
+             {"HAS_VS": fp8, "OUT_KIND": kind, "SC": merge_sc, "HQ": 32, "D": 128, "DP": 128,
+              "SF_PAD": kind == 2, "PDL": cfg["pdl"], **nv},
+             {"num_warps": merge_warps})
+        )  # fmt: skip
+    found = []
+    for fn, names, const, options in kernels_to_compile:
         sig = {n: ptrs.get(n, "fp32" if n == "sm_scale" else "i32") for n in names}
         divisible = [n for n in names if n != "sm_scale" and n not in runtime_ints]
         name = f"{fn.__name__} {out}".replace("_", " ")
@@ -270,7 +283,7 @@ def count_decode() -> list[dict]:
         return [
             _record(name, lines, shared)
             for out in ("fp8", "nvfp4")
-            for name, (lines, _, shared) in _compile_decode(out, workdir)
+            for name, (lines, _, shared) in compile_decode(out, workdir)
         ]
 
 
