@@ -9,7 +9,8 @@ A shape is ``B,HQ,HKV,CTX`` (D = 128, FP8 paged KV in pages of 16, full contexts
 FP8 out); a ``--config`` is ``NAME=JSON`` of ``decode.config.KNOBS`` overrides, applied to
 every ``--shape``. Without ``--shape`` the built-in cases run: the FP8 long-context rows (the
 64-token two-warp row against the 128-token four-warp row it replaced, from B=32 to B=256)
-and B=128 ctx 1024 (the one-warp row against forced splits, 16- and 64-token tiles). Each
+and B=128 ctx 1024 (the one-warp row against forced splits, 16-token tiles and two warps: by
+the sm_90 compile the row's programs fit 10 an SM, 16-token tiles 15, two warps 7). Each
 variant is a CUDA graph of back-to-back calls over inputs rotated past L2, timed in
 interleaved rounds (medians, ``attention_gpu.interleaved``); each row also gives the
 variants' KV bandwidth, their speed against XQA (above 1: graphfuse is faster) and the
@@ -39,10 +40,9 @@ LONG = {"tiles128_warps4": ROW_128, "tiles64_warps2": ROW_64}
 CASES: tuple[tuple[tuple[int, int, int, int], dict], ...] = (
     ((64, 32, 8, 4096), LONG),
     ((128, 40, 8, 1024), {
-        "splits2": {"splits": 2}, "splits4": {"splits": 4},
-        "splits2_stages2": {"splits": 2, "num_stages": 2},
-        "tiles16_stages4": {"block_n": 16, "num_stages": 4},
-        "tiles64_warps2": {"block_n": 64, "num_warps": 2, "num_stages": 3, "splits": 1},
+        "splits2": {"splits": 2}, "splits4": {"splits": 4}, "warps2": {"num_warps": 2},
+        "tiles16": {"block_n": 16}, "tiles16_splits2": {"block_n": 16, "splits": 2},
+        "tiles16_splits4": {"block_n": 16, "splits": 4},
     }),
     ((64, 32, 8, 2048), LONG),
     ((128, 32, 8, 4096), LONG),

@@ -230,6 +230,46 @@ def compile_decode(
     return found
 
 
+# sm_90 limits a program's resources meet: registers and shared memory an SM (1 KB of the
+# latter reserved a program), warps and programs an SM
+SM90_LIMITS = {"registers": 65536, "shared": 228 * 1024, "reserved": 1024, "warps": 64,
+               "programs": 32}  # fmt: skip
+
+
+def cubin_registers(cubin: str) -> int:
+    """Registers a thread of the kernel in ``cubin`` (``cuobjdump -res-usage``)."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    usage = subprocess.run([tool, "-res-usage", cubin], capture_output=True, text=True, check=True)
+    return int(re.search(r"REG:(\d+)", usage.stdout).group(1))
+
+
+def programs_per_sm(registers: int, shared: int, warps: int) -> int:
+    """How many programs of ``warps`` warps, ``registers`` a thread and ``shared`` bytes fit an
+    sm_90 SM at once (registers are allocated 256 a warp at a time).
+
+    Example:
+        >>> programs_per_sm(196, 55296, 2)  # the FP8 long-context decode row
+        4
+    """
+    lim = SM90_LIMITS
+    warp_regs = -(-registers * 32 // 256) * 256
+    return min(
+        lim["registers"] // (warp_regs * warps), lim["shared"] // (shared + lim["reserved"]),
+        lim["warps"] // warps, lim["programs"],
+    )  # fmt: skip
+
+
+def decode_row_usage(cfg: dict, kv: str, workdir: str) -> dict:
+    """Registers, shared bytes and programs an SM of the decode kernel (FP8 out) with the
+    knobs ``cfg`` over a ``kv`` cache (``compile_decode``)."""
+    (_, (_, _, shared)), *_ = compile_decode("fp8", workdir, cfg, kv)
+    regs = cubin_registers(os.path.join(workdir, "decode_kernel.cubin"))
+    return {"registers": regs, "shared_bytes": shared,
+            "programs_per_sm": programs_per_sm(regs, shared, cfg["num_warps"])}  # fmt: skip
+
+
 def _ops(lines: list[str], *names: str) -> int:
     """How many instructions (predicated or not) have one of ``names`` as their opcode."""
     return sum(1 for s in lines if s.split()[s[0] == "@"].split(".")[0] in names)

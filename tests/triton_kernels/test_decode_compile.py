@@ -2,8 +2,10 @@
 sm_90 without a GPU (Triton's own ptxas, ``benchmarks.sass_count.compile_decode``), for the
 KV caches the row serves (FP8 rows an FP8 cache, 16-bit rows a bf16 one, rows for any cache
 both), FP8 out, plus NVFP4 out for three rows drawn per run (seeded, in the test id): with no
-local-memory spills and within an SM's shared memory. A row whose tile, warps and stages do
-not fit would otherwise first show on a lent GPU. The compiles run in a subprocess (an LLVM
+local-memory spills and within an SM's shared memory; the rows whose comments state how many
+programs fit an SM fit that many (``sass_count.programs_per_sm`` of the compile's registers
+and shared memory). A row whose tile, warps and stages do not fit would otherwise first show
+on a lent GPU. The compiles run in a subprocess (an LLVM
 abort ends the process). Skips where Triton is not installed (the ``interpret`` extra)."""
 
 from __future__ import annotations
@@ -32,14 +34,25 @@ ROWS = [
 ]
 NVFP4_ROWS = sorted(random.Random(SEED).sample(range(len(ROWS)), 3))
 
+# programs an SM that the configuration table's comments state, by (knobs, KV cache)
+CLAIMED_PROGRAMS_PER_SM = {
+    ((64, 4, 2, 1, False, True, False, False), "bf16"): 5,
+    ((64, 2, 3, 1, False, True, True, False), "fp8"): 4,
+    ((32, 1, 3, None, False, False, True, True), "fp8"): 10,
+}
+
 _SCRIPT = """
-import json, sys, tempfile
-from benchmarks.sass_count import compile_decode
+import json, os, sys, tempfile
+from benchmarks.sass_count import compile_decode, cubin_registers, programs_per_sm
 for i, kv, cfg, out in json.loads(sys.argv[1]):
     with tempfile.TemporaryDirectory() as w:
         for name, (sass, _, shared) in compile_decode(out, w, cfg, kv):
             spills = sum(1 for s in sass if s.split()[s[0] == "@"].startswith("STL"))
-            print(json.dumps([i, kv, out, name, len(sass), spills, shared]), flush=True)
+            per_sm = None
+            if name.startswith("decode kernel"):
+                regs = cubin_registers(os.path.join(w, "decode_kernel.cubin"))
+                per_sm = programs_per_sm(regs, shared, cfg["num_warps"])
+            print(json.dumps([i, kv, out, name, len(sass), spills, shared, per_sm]), flush=True)
 """
 
 
@@ -55,8 +68,11 @@ def test_every_paged_decode_row_compiles_for_sm90(seed: int) -> None:
     done = [json.loads(line) for line in proc.stdout.splitlines()]
     kernels = [r for r in done if r[3].startswith("decode kernel")]
     assert [(i, kv, out) for i, kv, out, *_ in kernels] == [(c[0], c[1], c[3]) for c in cases]
-    for i, kv, out, name, n, spills, shared in done:
+    for i, kv, out, name, n, spills, shared, _ in done:
         where = (seed, f"CLASSES[{i}]", kv, out, name)
         assert n > 200, where  # a whole kernel's SASS
         assert spills == 0, (*where, f"{spills} spill stores")
         assert shared <= SM90_SHARED, (*where, f"{shared} bytes of shared memory")
+    per_sm = {(CLASSES[i][4], kv): p for i, kv, out, *_, p in kernels if out == "fp8"}
+    for key, want in CLAIMED_PROGRAMS_PER_SM.items():
+        assert per_sm.get(key) == want, (key, per_sm.get(key), "programs an SM")

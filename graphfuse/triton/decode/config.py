@@ -26,14 +26,15 @@ CLASSES = (
     # shared memory, 5 programs an SM, against 1 with the 128-token tiles below)
     (True, 2, 256, 2048, (64, 4, 2, 1, False, True, False, False)),
     # paged, FP8 KV, at least 512 (sequence, KV head) pairs, long contexts (B=64 ctx 4096):
-    # two warps a program on 64-token tiles in three stages, one split, head-major
+    # two warps a program on 64-token tiles in three stages, one split, head-major (196
+    # registers, 54 KB of shared memory: 4 programs an SM)
     (True, 1, 512, 2048, (64, 2, 3, 1, False, True, True, False)),
     # paged: long contexts on a full grid: wide tiles, one split, a sequence's KV heads
     # side by side
     (True, 0, 256, 2048, (128, 4, 3, 1, False, True, True, False)),
     # paged, FP8 KV, at least 768 (sequence, KV head) pairs, short contexts (B=128 ctx 1k):
-    # one warp a program on 32-token tiles, three stages, head-major (at 512 pairs, B=64, the
-    # 4-warp row below is faster)
+    # one warp a program on 32-token tiles, three stages, head-major (168 registers, 20 KB:
+    # 10 programs an SM; at 512 pairs, B=64, the 4-warp row below is faster)
     (True, 1, 768, 0, (32, 1, 3, None, False, False, True, True)),
     # paged, full grid, short contexts (B=128 ctx 1k): 64-token tiles, two stages, head-major
     (True, 0, 512, 0, (64, 4, 2, None, False, False, True, True)),
