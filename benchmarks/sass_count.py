@@ -22,7 +22,9 @@ specialisation (pointers, sizes and strides divisible by 16) of a real launch:
   one tile ahead, head-major, dependent launch), Llama-3-8B heads (32 / 8, D=128), an FP8
   cache with its dequant scales, bf16 q, FP8 or NVFP4 out: the same columns.
 
-Both count local-memory spills (``STL``).
+Both count local-memory spills (``STL``). ``compile_decode`` takes any row of the table and
+either cache, and ``decode_row_usage`` gives a row's registers, shared memory and programs
+an SM (``tests/triton_kernels/test_decode_compile.py`` runs them over every paged row).
 
     python -m benchmarks.sass_count [--dtype bfloat16] [--json PATH]
 
