@@ -263,13 +263,16 @@ def programs_per_sm(registers: int, shared: int, warps: int) -> int:
     )  # fmt: skip
 
 
-def decode_row_usage(cfg: dict, kv: str, workdir: str) -> dict:
-    """Registers, shared bytes and programs an SM of the decode kernel (FP8 out) with the
-    knobs ``cfg`` over a ``kv`` cache (``compile_decode``)."""
-    (_, (_, _, shared)), *_ = compile_decode("fp8", workdir, cfg, kv)
+def decode_row_usage(cfg: dict, kv: str, workdir: str, out: str = "fp8") -> list[dict]:
+    """``_record`` of the decode kernel (and of its merge where the row splits) with the knobs
+    ``cfg`` over a ``kv`` cache into ``out`` (``compile_decode``); the kernel's record also
+    has its ``registers`` and ``programs_per_sm``."""
+    records = [_record(n, lines, shared) for n, (lines, _, shared) in
+               compile_decode(out, workdir, cfg, kv)]  # fmt: skip
     regs = cubin_registers(os.path.join(workdir, "decode_kernel.cubin"))
-    return {"registers": regs, "shared_bytes": shared,
-            "programs_per_sm": programs_per_sm(regs, shared, cfg["num_warps"])}  # fmt: skip
+    records[0] |= {"registers": regs, "programs_per_sm":
+                   programs_per_sm(regs, records[0]["shared_bytes"], cfg["num_warps"])}  # fmt: skip
+    return records
 
 
 def _ops(lines: list[str], *names: str) -> int:

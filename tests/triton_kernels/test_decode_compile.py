@@ -42,17 +42,13 @@ CLAIMED_PROGRAMS_PER_SM = {
 }
 
 _SCRIPT = """
-import json, os, sys, tempfile
-from benchmarks.sass_count import compile_decode, cubin_registers, programs_per_sm
+import json, sys, tempfile
+from benchmarks.sass_count import decode_row_usage
 for i, kv, cfg, out in json.loads(sys.argv[1]):
     with tempfile.TemporaryDirectory() as w:
-        for name, (sass, _, shared) in compile_decode(out, w, cfg, kv):
-            spills = sum(1 for s in sass if s.split()[s[0] == "@"].startswith("STL"))
-            per_sm = None
-            if name.startswith("decode kernel"):
-                regs = cubin_registers(os.path.join(w, "decode_kernel.cubin"))
-                per_sm = programs_per_sm(regs, shared, cfg["num_warps"])
-            print(json.dumps([i, kv, out, name, len(sass), spills, shared, per_sm]), flush=True)
+        for r in decode_row_usage(cfg, kv, w, out):
+            print(json.dumps([i, kv, out, r["kernel"], r["instructions"], r["spills"],
+                              r["shared_bytes"], r.get("programs_per_sm")]), flush=True)
 """
 
 
