@@ -5,8 +5,9 @@
 
 The graph is ``benchmarks.norm_act_quant_gpu``'s (``silu(gate) * up`` on the halves of a merged
 bf16 ``[T, 2 * 14336]`` projection, static FP8 quant). Each variant calls
-``act_and_mul_fp8_kernel`` as ``launch.act_and_mul_quant_fp8_into`` does, with its own
-``CHUNK`` and ``num_warps``; every variant is a CUDA graph of 20 calls, timed in 9
+``act_and_mul_fp8_kernel`` as ``launch.act_and_mul_quant_fp8_into`` does on sm_90 (a
+programmatic dependent launch), with its own ``CHUNK`` and ``num_warps``, and the shipped
+shape also as a plain launch (``_plain``); every variant is a CUDA graph of 20 calls, timed in 9
 interleaved rounds (medians). A row gives each variant's time, its speed against the
 compiled graph (above 1: faster) and the fraction of its FP8 bytes equal to the compiled
 graph's (poisoned output first). At T = 1 the shipped launch (1024 columns, 4 warps: 14
@@ -43,13 +44,15 @@ def sweep_row(t: int) -> dict:
     compiled = torch.compile(act_fp8, dynamic=False)
     ref = compiled(merged, s).view(torch.uint8)
 
-    def launch(chunk: int, warps: int):
+    def launch(chunk: int, warps: int, pdl: bool = True):
         chunks = triton.cdiv(INTER, chunk)
+        dependent = {"launch_pdl": True} if pdl else {}
 
         def run():
             act_and_mul_fp8_kernel[(t * chunks,)](
                 gate, up, s, out, INTER, gate.stride(0), up.stride(0), ACT=SILU.value,
-                CHUNK=chunk, CHUNKS=chunks, num_warps=warps, enable_fp_fusion=False,
+                CHUNK=chunk, CHUNKS=chunks, PDL=pdl, num_warps=warps, enable_fp_fusion=False,
+                **dependent,
             )  # fmt: skip
 
         return run
@@ -61,16 +64,14 @@ def sweep_row(t: int) -> dict:
         ),
     }
     equal = {}
-    for chunk in CHUNKS:
-        for warps in WARPS:
-            if chunk < 32 * warps:
-                continue
-            name = f"chunk{chunk}_warps{warps}"
-            run = launch(chunk, warps)
-            out.view(torch.uint8).fill_(0xFF)
-            run()
-            equal[name] = (out.view(torch.uint8) == ref).double().mean().item()
-            timers[name] = GraphTimer(run, 20, replays=1)
+    shapes = [(c, w, True) for c in CHUNKS for w in WARPS if c >= 32 * w] + [(1024, 4, False)]
+    for chunk, warps, pdl in shapes:
+        name = f"chunk{chunk}_warps{warps}" + ("" if pdl else "_plain")
+        run = launch(chunk, warps, pdl)
+        out.view(torch.uint8).fill_(0xFF)
+        run()
+        equal[name] = (out.view(torch.uint8) == ref).double().mean().item()
+        timers[name] = GraphTimer(run, 20, replays=1)
     times: dict[str, list[float]] = {k: [] for k in timers}
     for _ in range(ROUNDS):
         for k, timer in timers.items():

@@ -67,7 +67,8 @@ def _norm(dtype, residual: bool) -> dict:
             "sr": "i32", "eps": "fp32", "ROW_PROGRAMS": "i32"}  # fmt: skip
     const = {"K": nb * 16, "KB_PAD": nb, "DT": dtype, "W_DT": dtype, "HAS_RES": residual,
              "NORM_DT": dtype, "OUT_DT": dtype, "WEIGHT_FIRST": False, "SWIZZLE": True,
-             "EARLY": launch._early(m, sms), "LOOP": loop, "NB": nb, "PARTS": 1}  # fmt: skip
+             "EARLY": launch._early(m, sms), "LOOP": loop, "NB": nb, "PARTS": 1,
+             "PDL": False}  # fmt: skip
     name = "add + RMSNorm + NVFP4" if residual else "RMSNorm + NVFP4"
     options = {"num_warps": warps, **launch._norm_nvfp4_regs(nb, warps, loop)}
     return {"name": name, "kernel": "rms_norm_nvfp4_kernel", "sig": sig, "const": const,
@@ -83,7 +84,7 @@ def _act(dtype) -> dict:
     sig = {"gate_ptr": "*i32", "up_ptr": "*i32", "g_ptr": "*fp32", "packed_ptr": "*u8",
            "scale_ptr": "*u8", "M": "i32", "sg": "i32", "su": "i32"}  # fmt: skip
     const = {"K": inter, "KB_PAD": inter // 16, "DT": dtype, "ACT": 0, "SWIZZLE": True,
-             "NB": NB_ACT}  # fmt: skip
+             "NB": NB_ACT, "PDL": False}  # fmt: skip
     return {"name": "SiLU-and-mul + NVFP4", "kernel": "act_and_mul_nvfp4_kernel", "sig": sig,
             "const": const, "options": {"num_warps": warps},
             "values": NB_ACT * 16 // (32 * warps)}  # fmt: skip

@@ -4,6 +4,8 @@ count."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton.language as tl
 
@@ -43,6 +45,13 @@ def sf_pad_programs(m: int, kb_pad: int, words: int) -> int:
     ``kb_pad / 4 * 128`` words of the last 128-row tile, none when ``m`` is a multiple of 128.
     Launched beside the programs that write the real rows, so the zeros cost no tail."""
     return 0 if m % 128 == 0 else -(-(kb_pad // 4 * 128) // words)
+
+
+@functools.cache
+def has_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch (``griddepcontrol``, ``launch_pdl``): CUDA devices from
+    sm_90."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def sm_count(device: torch.device) -> int:

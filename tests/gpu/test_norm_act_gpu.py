@@ -2,9 +2,9 @@
 
 The seeded cases of ``tests/triton_kernels/_norm_act_cases.py`` run through the ``*_into`` launchers
 with poisoned outputs, within docs/numerics.md's GPU acceptance (the RMSNorm kernels' sum of
-squares is a tree, the activations use the hardware ``exp``), the residual bit-equal.
-Then every op through the dispatcher (3-D inputs, merged gate / up halves), opcheck, and
-CUDA-graph capture + replay.
+squares is a tree, the activations use the hardware ``exp``), the residual
+bit-equal. Then every op through the dispatcher (3-D inputs, merged gate / up halves),
+opcheck, CUDA-graph capture + replay, and a chain of dependent launches.
 """
 
 from __future__ import annotations
@@ -149,6 +149,46 @@ def test_cuda_graph_capture_and_replay() -> None:
         replay = outs[name] if isinstance(outs[name], tuple) else (outs[name],)
         for a, b in zip(replay, eager):
             assert torch.equal(_bytes(a), _bytes(b)), name
+
+
+def test_dependent_launch_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From sm_90 every kernel is a programmatic dependent launch that may start while the
+    kernel before it runs and must wait before reading: a chain of calls, each reading the
+    one before's output (the new residual, its halves as gate / up; enough rows for the
+    looping NVFP4 RMSNorm launch), eagerly and replayed from a CUDA graph with the outputs
+    poisoned first, gives the bytes of the same calls as plain launches."""
+    from graphfuse.triton.norm_act import launch
+
+    x, res, w, _ = _inputs(t=3001, hidden=4096)
+    s, g = torch.tensor([0.03], device="cuda"), torch.tensor([400.0], device="cuda")
+
+    def chain() -> list[torch.Tensor]:
+        _, h1 = OPS.add_rms_norm_quant_fp8(x, res, w, 1e-6, s)
+        q2, sf2, h2 = OPS.add_rms_norm_quant_nvfp4(h1, res, w, 1e-6, g)
+        q3, sf3 = OPS.rms_norm_quant_nvfp4(h2, w, 1e-6, g)
+        gate, up = h2.chunk(2, dim=-1)
+        q4 = OPS.act_and_mul_quant_fp8(gate, up, s)
+        q5, sf5 = OPS.act_and_mul_quant_nvfp4(gate, up, g)
+        return [h1, q2, sf2, h2, q3, sf3, q4, q5, sf5]
+
+    with monkeypatch.context() as plain:
+        plain.setattr(launch, "has_pdl", lambda device: False)
+        ref = [_bytes(t).clone() for t in chain()]
+    assert all(torch.equal(_bytes(a), b) for a, b in zip(chain(), ref))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chain()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(2):
+            outs = chain()
+    for t in outs:
+        t.view(torch.uint8).fill_(0xFF)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(_bytes(a), b) for a, b in zip(outs, ref))
 
 
 @triton.jit

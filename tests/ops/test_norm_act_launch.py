@@ -2,7 +2,8 @@
 (``graphfuse/triton/norm_act/launch.py``, host side): warps per RMSNorm row program and when
 its programs loop over rows (more than four rows a program, no residual add; about 20 warps an
 SM of programs, so they stay resident) or split a row over several programs (few rows); warps
-per act_and_mul program; when the RMSNorm kernels load the weight with the row."""
+per act_and_mul program; when the RMSNorm kernels load the weight with the row; which launches
+are programmatic dependent launches."""
 
 from __future__ import annotations
 
@@ -74,3 +75,25 @@ def test_norm_early_weight(m: int, early: bool) -> None:
 def test_norm_nvfp4_parts(m: int, nb: int, parts: int) -> None:
     w = launch._norm_nvfp4_warps(nb, m, SMS)
     assert launch._norm_nvfp4_parts(m, nb, w, SMS) == parts
+
+
+@pytest.mark.parametrize(
+    "programs, loop, pdl",
+    [
+        (1, False, True),
+        (8 * SMS, False, True),  # at most 8 programs an SM: a dependent launch
+        (8 * SMS + 1, False, False),
+        (5 * SMS, True, False),  # the looping launch: never
+    ],
+)
+def test_dependent_launch_rule(
+    monkeypatch: pytest.MonkeyPatch, programs: int, loop: bool, pdl: bool
+) -> None:
+    import torch
+
+    monkeypatch.setattr(launch, "has_pdl", lambda device: True)
+    monkeypatch.setattr(launch, "sm_count", lambda device: SMS)
+    opts = launch._launch(torch.device("cuda"), programs, loop)
+    assert opts["PDL"] is pdl
+    assert opts.get("launch_pdl", False) is pdl
+    assert opts["enable_fp_fusion"] is False

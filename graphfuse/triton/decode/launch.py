@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -10,7 +9,7 @@ import triton
 
 from graphfuse.ops.quant_ref import round_up
 
-from ..host import TL_DTYPE, sf_pad_programs, sm_count, zero_scale_padding
+from ..host import TL_DTYPE, has_pdl, sf_pad_programs, sm_count, zero_scale_padding
 from .config import choose_splits, decode_config
 from .kernels import decode_kernel, decode_merge
 
@@ -100,7 +99,7 @@ def decode_into(
             zero_scale_padding(sf, nv_m, nv_k // 16)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     split_out = splits > 1
-    pdl = cfg["pdl"] and _has_pdl(q.device)
+    pdl = cfg["pdl"] and has_pdl(q.device)
     if split_out:
         po = torch.empty((bsz, hq, splits, dp), dtype=torch.float32, device=q.device)
         pml = torch.empty((bsz, hq, splits, 2), dtype=torch.float32, device=q.device)
@@ -133,9 +132,3 @@ def decode_into(
             SF_PAD=pad_programs > 0, PDL=pdl, num_warps=warps,
             **({"launch_pdl": True} if pdl else {}),
         )  # fmt: skip
-
-
-@functools.cache
-def _has_pdl(device: torch.device) -> bool:
-    """Programmatic dependent launch (``griddepcontrol``): CUDA devices from sm_90."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ..formats import e4m3, zero_sf_pad
 from .pairs import (
@@ -63,6 +64,17 @@ def _rcp(x):
     return tl.inline_asm_elementwise(
         "rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
     )
+
+
+@triton.jit
+def dependent_start(PDL: tl.constexpr):
+    """A kernel's first step. With ``PDL`` (launched as a programmatic dependent launch, sm_90
+    and later) the program waits until the kernel before it has finished and its writes are
+    visible, then lets the next kernel's programs be placed: back to back, the next call's
+    programs are resident when this call ends instead of launched after it."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -134,7 +146,7 @@ def inv_rms(sum_sq, K: tl.constexpr, eps):
 def rms_norm_fp8_kernel(
     x_ptr, res_ptr, res_out_ptr, w_ptr, s_ptr, out_ptr, K: tl.constexpr, sx, sr, eps,
     HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
-    WEIGHT_FIRST: tl.constexpr, EARLY: tl.constexpr, BLOCK: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, EARLY: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per row (``norm_act_ref.rms_norm_ref``; the row in ``BLOCK`` lanes):
     RMSNorm, then ``e4m3(z * (1/scale))`` into ``out_ptr`` (contiguous ``[M, K]``). With
@@ -142,6 +154,7 @@ def rms_norm_fp8_kernel(
     ``res_out_ptr`` (contiguous ``[M, K]``). ``EARLY``: the weight and the scale are loaded
     with the row, before the reduction (their latency hidden where a row's latency is the
     kernel's), else after it."""
+    dependent_start(PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     row64 = row.to(tl.int64)
@@ -236,7 +249,7 @@ def rms_norm_nvfp4_kernel(
     KB_PAD: tl.constexpr, sx, sr, eps, ROW_PROGRAMS, DT: tl.constexpr, W_DT: tl.constexpr,
     HAS_RES: tl.constexpr, NORM_DT: tl.constexpr, OUT_DT: tl.constexpr,
     WEIGHT_FIRST: tl.constexpr, SWIZZLE: tl.constexpr, EARLY: tl.constexpr, LOOP: tl.constexpr,
-    NB: tl.constexpr, PARTS: tl.constexpr,
+    NB: tl.constexpr, PARTS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """The rows as ``[NB, 8]`` words (x, residual and weight through ``split_pairs``; strides
     in words), RMSNorm as ``rms_norm_fp8_kernel`` computes it, then NVFP4 of the row. Where
@@ -252,6 +265,7 @@ def rms_norm_nvfp4_kernel(
     With ``SWIZZLE`` the programs from ``ROW_PROGRAMS * PARTS`` on (the launcher adds them
     where M is not a multiple of 128) zero the layout's padding rows, in parallel with the
     rows."""
+    dependent_start(PDL)
     pid = tl.program_id(0)
     if pid >= ROW_PROGRAMS * PARTS:
         if SWIZZLE:
@@ -336,12 +350,13 @@ def act_and_mul_pairs(ge, go, uw, DT: tl.constexpr, ACT: tl.constexpr):
 @triton.jit
 def act_and_mul_fp8_kernel(
     gate_ptr, up_ptr, s_ptr, out_ptr, K, sg, su, ACT: tl.constexpr, CHUNK: tl.constexpr,
-    CHUNKS: tl.constexpr,
+    CHUNKS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Program ``pid``: ``e4m3(activation(gate) * up * (1/scale))`` for ``CHUNK`` columns (chunk
     ``pid % CHUNKS``) of row ``pid // CHUNKS`` into ``out_ptr`` (contiguous ``[M, K]``). A
     row's chunks are consecutive programs, which the hardware starts together, so the memory
     read at once is a few contiguous rows rather than one chunk of many rows."""
+    dependent_start(PDL)
     pid = tl.program_id(0)
     row64 = (pid // CHUNKS).to(tl.int64)
     cols = (pid % CHUNKS) * CHUNK + tl.arange(0, CHUNK)
@@ -357,12 +372,14 @@ def act_and_mul_fp8_kernel(
 def act_and_mul_nvfp4_kernel(
     gate_ptr, up_ptr, g_ptr, packed_ptr, scale_ptr, M, K: tl.constexpr, KB_PAD: tl.constexpr,
     sg, su, DT: tl.constexpr, ACT: tl.constexpr, SWIZZLE: tl.constexpr, NB: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     """Program (row < M, block chunk): NVFP4 of ``activation(gate) * up`` for ``NB`` blocks of
     one row, read as ``[NB, 8]`` words (strides in words); no masks where the chunks tile the
     row's blocks exactly. With ``SWIZZLE`` the chunks also cover the padding block columns
     (zero scales), and the programs of rows from ``M`` on (the launcher adds them where M is
     not a multiple of 128) zero the layout's padding rows."""
+    dependent_start(PDL)
     row = tl.program_id(0)
     if row >= M:
         if SWIZZLE:
