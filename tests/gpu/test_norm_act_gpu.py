@@ -2,9 +2,9 @@
 
 The seeded cases of ``tests/triton_kernels/_norm_act_cases.py`` run through the ``*_into`` launchers
 with poisoned outputs, within docs/numerics.md's GPU acceptance (the RMSNorm kernels' sum of
-squares is a tree, the activations use the hardware ``exp``), the residual
-bit-equal. Then every op through the dispatcher (3-D inputs, merged gate / up halves),
-opcheck, CUDA-graph capture + replay, and a chain of dependent launches.
+squares is a tree, the activations use the hardware ``exp``), the residual bit-equal.
+Then every op through the dispatcher (3-D inputs, merged gate / up halves), opcheck,
+CUDA-graph capture + replay, and a chain of dependent launches.
 """
 
 from __future__ import annotations
@@ -152,15 +152,16 @@ def test_cuda_graph_capture_and_replay() -> None:
 
 
 def test_dependent_launch_chain(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From sm_90 every kernel is a programmatic dependent launch that may start while the
-    kernel before it runs and must wait before reading: a chain of calls, each reading the
-    one before's output (the new residual, its halves as gate / up; enough rows for the
-    looping NVFP4 RMSNorm launch), eagerly and replayed from a CUDA graph with the outputs
-    poisoned first, gives the bytes of the same calls as plain launches."""
+    """From sm_90 a launch of few programs (``launch._launch``; here every launch) is a
+    programmatic dependent launch that may start while the kernel before it runs and must
+    wait before reading: a chain of calls, each reading the one before's output (the new
+    residual, its halves as gate / up), eagerly and replayed from a CUDA graph with the
+    outputs poisoned first, gives the bytes of the same calls as plain launches."""
     from graphfuse.triton.norm_act import launch
 
-    x, res, w, _ = _inputs(t=3001, hidden=4096)
+    x, res, w, _ = _inputs(t=100, hidden=4096)
     s, g = torch.tensor([0.03], device="cuda"), torch.tensor([400.0], device="cuda")
+    assert launch._launch(x.device, 256)["PDL"] == launch.has_pdl(x.device)  # the largest grid
 
     def chain() -> list[torch.Tensor]:
         _, h1 = OPS.add_rms_norm_quant_fp8(x, res, w, 1e-6, s)
