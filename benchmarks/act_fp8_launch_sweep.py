@@ -5,9 +5,10 @@
 
 The graph is ``benchmarks.norm_act_quant_gpu``'s (``silu(gate) * up`` on the halves of a merged
 bf16 ``[T, 2 * 14336]`` projection, static FP8 quant). Each variant calls
-``act_and_mul_fp8_kernel`` as ``launch.act_and_mul_quant_fp8_into`` does on sm_90 (a
-programmatic dependent launch), with its own ``CHUNK`` and ``num_warps``, and the shipped
-shape also as a plain launch (``_plain``); every variant is a CUDA graph of 20 calls, timed in 9
+``act_and_mul_fp8_kernel`` with the options ``launch.act_and_mul_quant_fp8_into`` gives its
+grid (``launch._launch``: on sm_90 a programmatic dependent launch for at most 8 programs an
+SM), with its own ``CHUNK`` and ``num_warps``, and the shipped shape also as a plain launch
+(``_plain``); every variant is a CUDA graph of 20 calls, timed in 9
 interleaved rounds (medians). A row gives each variant's time, its speed against the
 compiled graph (above 1: faster) and the fraction of its FP8 bytes equal to the compiled
 graph's (poisoned output first). At T = 1 the shipped launch (1024 columns, 4 warps: 14
@@ -35,6 +36,7 @@ def sweep_row(t: int) -> dict:
     """Times every (chunk, warps) launch, the shipped op and the compiled graph at ``t`` tokens."""
     import triton
 
+    from graphfuse.triton.norm_act import launch as rules
     from graphfuse.triton.norm_act.kernels import SILU, act_and_mul_fp8_kernel
 
     merged = torch.randn(t, 2 * INTER, device="cuda", dtype=torch.bfloat16)
@@ -44,15 +46,17 @@ def sweep_row(t: int) -> dict:
     compiled = torch.compile(act_fp8, dynamic=False)
     ref = compiled(merged, s).view(torch.uint8)
 
-    def launch(chunk: int, warps: int, pdl: bool = True):
+    def launch(chunk: int, warps: int, plain: bool = False):
         chunks = triton.cdiv(INTER, chunk)
-        dependent = {"launch_pdl": True} if pdl else {}
+        # the launcher's options for this grid (a dependent launch where its rule says so)
+        opts = rules._launch(gate.device, t * chunks)
+        if plain:
+            opts = {**rules._EXACT, "PDL": False}
 
         def run():
             act_and_mul_fp8_kernel[(t * chunks,)](
                 gate, up, s, out, INTER, gate.stride(0), up.stride(0), ACT=SILU.value,
-                CHUNK=chunk, CHUNKS=chunks, PDL=pdl, num_warps=warps, enable_fp_fusion=False,
-                **dependent,
+                CHUNK=chunk, CHUNKS=chunks, num_warps=warps, **opts,
             )  # fmt: skip
 
         return run
@@ -64,10 +68,10 @@ def sweep_row(t: int) -> dict:
         ),
     }
     equal = {}
-    shapes = [(c, w, True) for c in CHUNKS for w in WARPS if c >= 32 * w] + [(1024, 4, False)]
-    for chunk, warps, pdl in shapes:
-        name = f"chunk{chunk}_warps{warps}" + ("" if pdl else "_plain")
-        run = launch(chunk, warps, pdl)
+    shapes = [(c, w, False) for c in CHUNKS for w in WARPS if c >= 32 * w] + [(1024, 4, True)]
+    for chunk, warps, plain in shapes:
+        name = f"chunk{chunk}_warps{warps}" + ("_plain" if plain else "")
+        run = launch(chunk, warps, plain)
         out.view(torch.uint8).fill_(0xFF)
         run()
         equal[name] = (out.view(torch.uint8) == ref).double().mean().item()

@@ -19,11 +19,13 @@ import pytest
 
 pytest.importorskip("triton")
 
+from benchmarks.sass_count import SM90_LIMITS  # noqa: E402
 from graphfuse.triton.decode.config import CLASSES, KNOBS  # noqa: E402
 
 from ._runner import ROOT, run_seed  # noqa: E402
 
-SM90_SHARED = 227 * 1024  # the most shared memory a program may have on sm_90
+# the most shared memory a program may have on sm_90
+SM90_SHARED = SM90_LIMITS["shared"] - SM90_LIMITS["reserved"]
 KV_NAMES = {1: ("fp8",), 2: ("bf16",), 0: ("fp8", "bf16")}
 SEED = run_seed()
 ROWS = [
