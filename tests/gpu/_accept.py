@@ -35,6 +35,20 @@ def fp8_stats(out: torch.Tensor, ref: torch.Tensor, wide: torch.Tensor, s_o: flo
     }
 
 
+def check_fast_worst(out16: torch.Tensor, wide: torch.Tensor, floor: torch.Tensor) -> None:
+    """docs/numerics.md fast mode's worst-element rule on a 16-bit output: no element off by
+    more than 2.5% of the output's absolute maximum, or within 5% of the format floor's worst
+    element where that is looser. ``floor`` is exact attention with e4m3 P
+    (``attention_fp32(..., fp8_p=True)``), rounded here to ``out16``'s dtype: a 16-bit output
+    carries that rounding on top of the floor (up to half a bf16 step, 0.2% of a value
+    near 0.5)."""
+    w = wide.float()
+    amax = w.abs().max().item()
+    worst = (out16.float() - w).abs().max().item()
+    worst_floor = (floor.to(out16.dtype).float() - w).abs().max().item()
+    assert worst <= max(0.025 * amax, 1.05 * worst_floor), (worst, worst_floor, amax)
+
+
 def check_fp8(
     out, ref, wide, s_o: float, *, fast: bool = False, min_equal: float = 0.9,
     floor: dict | None = None,
