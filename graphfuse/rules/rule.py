@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -22,6 +23,18 @@ def caller_location(depth: int) -> tuple[str, int]:
     """(file, line) of the caller ``depth`` frames up: where a rule was defined."""
     frame = sys._getframe(depth)
     return frame.f_code.co_filename, frame.f_lineno
+
+
+def first_sentence(doc: str | None) -> str:
+    """The first sentence of ``doc``'s first paragraph, on one line ('' for no doc): a rule's
+    default ``doc``, whole where its docstring wraps mid-sentence.
+
+    >>> first_sentence("Fuses a (b.c)\n    into d. More text.")
+    'Fuses a (b.c) into d.'
+    """
+    para = " ".join((doc or "").strip().split("\n\n")[0].split())
+    end = re.search(r"\.(\s|$)", para)
+    return para[: end.start() + 1] if end else para
 
 
 def anchor_targets(pat: P.Pattern) -> tuple:
@@ -92,7 +105,8 @@ class Rule:
         check: ``check(match)`` returns None when the rewrite may happen, else a reason
             (``match.fail(...)``, a string, or False).
         priority: higher rules win overlaps; ties go to the earlier root in the graph.
-        doc: one line for ``graphfuse patterns``.
+        doc: one line for ``graphfuse patterns`` (default: the first sentence of
+            ``rewrite``'s docstring).
         local: deprecated, has no effect (every rule set is applied match by match).
 
     Example::
@@ -129,8 +143,7 @@ class Rule:
         anchor_targets(self.patterns[0])
         _check_capture_kinds(self.name, self.patterns)
         if not self.doc:
-            fn_doc = (getattr(self.rewrite, "__doc__", None) or "").strip()
-            object.__setattr__(self, "doc", fn_doc.splitlines()[0] if fn_doc else "")
+            object.__setattr__(self, "doc", first_sentence(getattr(self.rewrite, "__doc__", None)))
 
     @property
     def where(self) -> str:

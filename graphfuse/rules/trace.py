@@ -17,7 +17,7 @@ from torch import fx
 
 from .. import dsl as P
 from ..fxnodes import is_metadata_assert
-from .rule import Rule, caller_location
+from .rule import Rule, caller_location, first_sentence
 
 
 class _Wrap(torch.nn.Module):
@@ -166,6 +166,6 @@ def traced_rule(
         _template_rewrite(rep_gm, rep_names),
         check,
         priority,
-        doc or (pattern.__doc__ or "").strip().split("\n")[0],
+        doc or first_sentence(pattern.__doc__),
         location=caller_location(2),
     )

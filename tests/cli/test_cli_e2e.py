@@ -115,6 +115,8 @@ def test_patterns(files) -> None:
     assert "trtllm (" in res.stdout and "attention_fp8_out" in res.stdout
     assert "patterns/trtllm/" in res.stdout
     assert max(len(ln) for ln in res.stdout.splitlines()) <= 80
+    # each rule's whole first sentence, though its docstring wraps mid-sentence
+    assert "when the norm's input is a residual add)." in res.stdout
 
 
 def test_patterns_json_with_user_file(files) -> None:

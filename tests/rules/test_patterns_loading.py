@@ -128,6 +128,14 @@ def test_rule_doc_from_rewrite_docstring():
     rule = graphfuse.Rule("d", P.op(aten.relu, P.tensor("x")), rewrite)
     assert rule.doc == "Fuse the relu."
 
+    def wrapped(m, b):
+        """Fuse x.relu() (any
+        dtype) into one op. More text."""
+        return m["x"]
+
+    rule = graphfuse.Rule("w", P.op(aten.relu, P.tensor("x")), wrapped)
+    assert rule.doc == "Fuse x.relu() (any dtype) into one op."
+
 
 def test_rules_must_be_rooted_at_an_op():
     with pytest.raises(ValueError, match="must be rooted at an op call"):
