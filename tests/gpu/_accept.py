@@ -40,8 +40,8 @@ def check_fast_worst(out16: torch.Tensor, wide: torch.Tensor, floor: torch.Tenso
     more than 2.5% of the output's absolute maximum, or within 5% of the format floor's worst
     element where that is looser. ``floor`` is exact attention with e4m3 P
     (``attention_fp32(..., fp8_p=True)``), rounded here to ``out16``'s dtype: a 16-bit output
-    carries that rounding on top of the floor (up to half a bf16 step, 0.2% of a value
-    near 0.5)."""
+    carries that rounding on top of the floor (up to half a bf16 step: 2**-9 for values in
+    [0.5, 1))."""
     w = wide.float()
     amax = w.abs().max().item()
     worst = (out16.float() - w).abs().max().item()
