@@ -10,9 +10,11 @@
 #   bash benchmarks/gpu_run.sh decode-ab [KIT] # decode configurations against each other and
 #                                              # XQA (benchmarks/decode_config_ab.py)
 #
-# Stages can be combined: `checks fast` (about 5 minutes on an H100) fits one 10-minute call,
-# `table KIT` (about 7 minutes with FlashInfer's first build) the next. Without KIT (or with a
-# FlashInfer that does not import) the attention table has no FlashInfer columns.
+# Stages can be combined: `checks fast` (about 4-5 minutes on an H100) fits one 10-minute
+# call, `table KIT` (about 4-7 minutes, FlashInfer's first build included) the next. Without
+# KIT (or with a FlashInfer that does not import) the attention table has no FlashInfer
+# columns. With GPU_WANT set (e.g. GPU_WANT=H200) the run stops at once, exit status 3, on a
+# card whose name does not contain it: a lent machine of another kind costs only its start.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 for stage in "$@"; do
@@ -24,13 +26,18 @@ for stage in "$@"; do
         } ;;
     esac
 done
-[ $# -gt 0 ] || { sed -n 2,15p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,17p "$0"; exit 2; }
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 T0=$(date +%s)
 say() { echo "[gpu_run $(( $(date +%s) - T0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || exit 1
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) || exit 1
+echo "$GPU"
+if [ -n "${GPU_WANT:-}" ] && [[ "$GPU" != *"$GPU_WANT"* ]]; then
+    echo "gpu_run: wanted a card named *$GPU_WANT*, got $GPU; nothing run"
+    exit 3
+fi
 
 build() {
     timeout 300 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1
@@ -60,7 +67,13 @@ peer() {
     say "FlashInfer warm rc=$?"
 }
 
+# the extension, unless a stage before built it (a machine is fresh for each call)
+built() {
+    python3 -c "import graphfuse._C" 2> /dev/null || build
+}
+
 table() {
+    built
     [ -n "${1:-}" ] && peer "$1"
     timeout 400 python3 -m benchmarks.attention_gpu --json "$OUT/attention_gpu.json" 2>&1 |
         grep -v Warning | tail -25
@@ -71,7 +84,7 @@ table() {
 }
 
 decode_ab() {
-    python3 -c "import graphfuse._C" 2> /dev/null || build
+    built
     [ -n "${1:-}" ] && peer "$1" decode_xqa
     timeout 400 python3 -m benchmarks.decode_config_ab --json "$OUT/decode_config_ab.json" 2>&1 |
         grep -v Warning | tail -40
