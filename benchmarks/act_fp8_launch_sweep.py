@@ -36,6 +36,7 @@ def sweep_row(t: int) -> dict:
     """Times every (chunk, warps) launch, the shipped op and the compiled graph at ``t`` tokens."""
     import triton
 
+    from graphfuse.triton.host import dependent_launch
     from graphfuse.triton.norm_act import launch as rules
     from graphfuse.triton.norm_act.kernels import SILU, act_and_mul_fp8_kernel
 
@@ -51,7 +52,7 @@ def sweep_row(t: int) -> dict:
         # the launcher's options for this grid (a dependent launch where its rule says so)
         opts = rules._launch(gate.device, t * chunks)
         if plain:
-            opts = {**rules._EXACT, "PDL": False}
+            opts = {**rules._EXACT, **dependent_launch(False)}
 
         def run():
             act_and_mul_fp8_kernel[(t * chunks,)](

@@ -54,6 +54,18 @@ def has_pdl(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def dependent_launch(pdl: bool) -> dict:
+    """The launch arguments of a kernel taking the ``PDL`` constexpr: with ``pdl`` its
+    dependent start compiled in and the launch made a programmatic dependent launch
+    (``launch_pdl``), which need each other; without, neither.
+
+    Example::
+
+        kernel[grid](*args, **dependent_launch(has_pdl(x.device)))
+    """
+    return {"PDL": True, "launch_pdl": True} if pdl else {"PDL": False}
+
+
 def sm_count(device: torch.device) -> int:
     """The device's multiprocessor count (132 under the Triton CPU interpreter)."""
     if device.type != "cuda":  # the Triton CPU interpreter (development only)

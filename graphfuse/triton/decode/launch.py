@@ -9,7 +9,14 @@ import triton
 
 from graphfuse.ops.quant_ref import round_up
 
-from ..host import TL_DTYPE, has_pdl, sf_pad_programs, sm_count, zero_scale_padding
+from ..host import (
+    TL_DTYPE,
+    dependent_launch,
+    has_pdl,
+    sf_pad_programs,
+    sm_count,
+    zero_scale_padding,
+)
 from .config import choose_splits, decode_config
 from .kernels import decode_kernel, decode_merge
 
@@ -120,8 +127,8 @@ def decode_into(
         PAGED=paged, SPLIT_OUT=split_out, OUT_KIND=out_kind, DOT_DT=TL_DTYPE[dot_dt],
         Q_RESCALE=q_rescale, GP=max(16, triton.next_power_of_2(g)), BLOCK_N=block_n, DP=dp,
         PREFETCH=cfg["prefetch"], BT_AHEAD=cfg["bt_ahead"], HEAD_MAJOR=cfg["head_major"],
-        SF_PAD=pad_in_kernel and not split_out, PDL=pdl, num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"], **({"launch_pdl": True} if pdl else {}),
+        SF_PAD=pad_in_kernel and not split_out, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **dependent_launch(pdl),
     )  # fmt: skip
     if split_out:
         warps, sc = merge_launch(splits)
@@ -129,6 +136,6 @@ def decode_into(
         decode_merge[(bsz * hq + pad_programs,)](
             po, pml, vs_arg, osc_arg, out, sf_u8, bsz * hq, hq, splits, d, sob, soh, nv_m,
             nv_k, nv_kbpad, HAS_VS=v_scale is not None, OUT_KIND=out_kind, SC=sc, DP=dp,
-            SF_PAD=pad_programs > 0, PDL=pdl, num_warps=warps,
-            **({"launch_pdl": True} if pdl else {}),
+            SF_PAD=pad_programs > 0, num_warps=warps,
+            **dependent_launch(pdl),
         )  # fmt: skip

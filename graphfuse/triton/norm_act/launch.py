@@ -9,7 +9,7 @@ import triton
 
 from graphfuse.ops.quant_ref import nvfp4_scale_shape
 
-from ..host import TL_DTYPE, check_scale, has_pdl, sf_pad_programs, sm_count
+from ..host import TL_DTYPE, check_scale, dependent_launch, has_pdl, sf_pad_programs, sm_count
 from ..quant.launch import nvfp4_rows_cols
 from .kernels import (
     GELU_TANH,
@@ -123,7 +123,7 @@ def _launch(device: torch.device, programs: int, loop: bool = False) -> dict:
     slower (SiLU-and-mul + FP8 at T = 256, 3584 programs: 0.83x; the NVFP4 act_and_mul at
     T >= 4096: 0.91-0.93x)."""
     pdl = has_pdl(device) and not loop and programs <= PDL_PROGRAMS * sm_count(device)
-    return {**_EXACT, "PDL": pdl, **({"launch_pdl": True} if pdl else {})}
+    return {**_EXACT, **dependent_launch(pdl)}
 
 
 def rows_2d(t: torch.Tensor) -> torch.Tensor:
