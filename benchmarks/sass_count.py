@@ -147,7 +147,7 @@ def compile_prefill(
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from graphfuse.triton.prefill import gluon_kernel
-    from graphfuse.triton.prefill.config import WS_BLOCK_M, WS_BLOCK_N
+    from graphfuse.triton.prefill.config import WS_BLOCK_M, WS_BLOCK_N, ws_stages
 
     types = {"bf16": (gl.bfloat16, "bf16"), "fp8": (gl.float8e4nv, "fp8e4nv"),
              "fp16": (gl.float16, "fp16")}  # fmt: skip
@@ -167,7 +167,8 @@ def compile_prefill(
             "qk_scale": "fp32", "sf_ptr": "*u8"}  # fmt: skip
     divisible = [n for n in _PREFILL_ARGS if n not in _PREFILL_SCALARS and n != "qk_scale"]
     options = {"num_warps": 4, "maxnreg": gluon_kernel.MAXNREG}
-    return _compile(gluon_kernel.ws_attention_kernel, sig, {}, divisible, options, workdir,
+    const = {"NSTAGE": ws_stages(fast, d)}
+    return _compile(gluon_kernel.ws_attention_kernel, sig, const, divisible, options, workdir,
                     GluonASTSource)  # fmt: skip
 
 

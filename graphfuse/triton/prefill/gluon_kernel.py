@@ -8,10 +8,10 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
 (measured 2026-12-03, docs/gpu.md). Here the roles are split as FlashAttention-3 does:
 
 - a producer warp loads each row block's Q and its K / V tiles with TMA, K / V into a
-  2-stage ring of buffers (mbarriers: "ready" with the byte count; K and V each have an
-  "empty" barrier released by both consumers, so a K slot refills once its ``Q K^T`` is
-  done, before the ``P V`` of the same tile; Q has one too, released after the block's last
-  ``Q K^T``);
+  ring of ``NSTAGE`` buffers (``config.ws_stages``: 3 in fast mode at D = 128, else 2;
+  mbarriers: "ready" with the byte count; K and V each have an "empty" barrier released by
+  both consumers, so a K slot refills once its ``Q K^T`` is done, before the ``P V`` of the same
+  tile; Q has one too, released after the block's last ``Q K^T``);
 - two consumer warpgroups, each owning 64 of the CTA's 128 query rows, run ``S = Q K^T``
   (wgmma from shared memory; FP8 operands on the FP8 tensor cores, both K-major), the online
   softmax (exp2 with the softmax and dequant scales folded in; 16-bit P, or in fast mode
@@ -44,7 +44,7 @@ per row block (docs/gpu.md, "Prefill: the persistent schedule").
 
 Which calls it serves is the rule in ``prefill/__init__.py`` (``config.ws_eligible`` on an
 sm_90 device with Gluon); ``launch.gluon_attention_into`` launches it. The tile shape
-(128 x 128, 2 stages) is fixed.
+(128 x 128) is fixed.
 """
 
 from __future__ import annotations
@@ -429,6 +429,7 @@ def ws_attention_kernel(
     q_desc, k_desc, v_desc, out_ptr, osc_ptr, qs_ptr, ks_ptr, vs_ptr, scale_bits,
     H, G, SQ, SKV, q_rb, q_rh, q_ch, k_rb, k_rh, k_ch, v_rb, v_rh, v_ch, sob, soh, sos,
     qk_scale, causal, causal_off, sf_ptr, nmb, nmh, nms, nch, nv_k, nv_kbpad, n_work,
+    NSTAGE: gl.constexpr,
 ):  # fmt: skip
     """Persistent: a grid of ``min(n_work, SMs)`` programs, each taking the ``n_work =
     B*H*SQ/128`` row blocks dealt to it by ``_item`` (heaviest first), so the next block's Q and
@@ -438,7 +439,6 @@ def ws_attention_kernel(
     ``b*nmb + h*nmh + s*nms``, first column ``h*nch`` of the ``[M, nv_k]`` view)."""
     HD: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    NSTAGE: gl.constexpr = 2
     dt: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)

@@ -24,6 +24,7 @@ from .config import (
     out_strides,
     rows_view,
     ws_eligible,
+    ws_stages,
 )
 from .triton_kernel import attention_kernel, transpose_bytes
 
@@ -161,7 +162,7 @@ def gluon_attention_into(
         v_rb, v_rh, v_ch, *out_strides(layout, b, h, sq, d),
         sm_scale * 1.4426950408889634, int(causal != "none"), causal_off,
         sf.view(torch.uint8) if sf is not None else out, *nvfp4_row_strides(layout, h, sq, d),
-        nv_k, nv_kbpad, n_work, num_warps=4, maxnreg=MAXNREG,
+        nv_k, nv_kbpad, n_work, ws_stages(fast, d), num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
 
 
