@@ -25,15 +25,21 @@ def caller_location(depth: int) -> tuple[str, int]:
     return frame.f_code.co_filename, frame.f_lineno
 
 
+# a full stop before white space or the end, unless it ends "e.g.", "i.e.", "cf." or "vs."
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)(?<!\bvs)\.(\s|$)")
+
+
 def first_sentence(doc: str | None) -> str:
     """The first sentence of ``doc``'s first paragraph, on one line ('' for no doc): a rule's
     default ``doc``, whole where its docstring wraps mid-sentence.
 
     >>> first_sentence("Fuses a (b.c)\n    into d. More text.")
     'Fuses a (b.c) into d.'
+    >>> first_sentence("Fuses a norm, e.g. RMSNorm, into one op. More.")
+    'Fuses a norm, e.g. RMSNorm, into one op.'
     """
     para = " ".join((doc or "").strip().split("\n\n")[0].split())
-    end = re.search(r"\.(\s|$)", para)
+    end = re.search(_SENTENCE_END, para)
     return para[: end.start() + 1] if end else para
 
 

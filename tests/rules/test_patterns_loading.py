@@ -136,6 +136,14 @@ def test_rule_doc_from_rewrite_docstring():
     rule = graphfuse.Rule("w", P.op(aten.relu, P.tensor("x")), wrapped)
     assert rule.doc == "Fuse x.relu() (any dtype) into one op."
 
+    def abbreviated(m, b):
+        """Fuse a unary op, e.g. relu, i.e. one
+        call. More text."""
+        return m["x"]
+
+    rule = graphfuse.Rule("a", P.op(aten.relu, P.tensor("x")), abbreviated)
+    assert rule.doc == "Fuse a unary op, e.g. relu, i.e. one call."
+
 
 def test_rules_must_be_rooted_at_an_op():
     with pytest.raises(ValueError, match="must be rooted at an op call"):
