@@ -33,7 +33,7 @@ def first_sentence(doc: str | None) -> str:
     """The first sentence of ``doc``'s first paragraph, on one line ('' for no doc): a rule's
     default ``doc``, whole where its docstring wraps mid-sentence.
 
-    >>> first_sentence("Fuses a (b.c)\n    into d. More text.")
+    >>> first_sentence("Fuses a (b.c)\\n    into d. More text.")
     'Fuses a (b.c) into d.'
     >>> first_sentence("Fuses a norm, e.g. RMSNorm, into one op. More.")
     'Fuses a norm, e.g. RMSNorm, into one op.'
