@@ -1,11 +1,16 @@
 """Acceptance checks of docs/numerics.md ("Fused attention with quantized output") as reusable test
 helpers: a fused kernel's quantized output against the unfused reference.
 
-Example:
-    >>> wide = attention_fp32(q, k, v, causal="top_left")
-    >>> ref = fp8_static_quant_ref(wide, s_o)
-    >>> assert_fp8_close(out, ref, wide, s_o)                    # CPU: 99% bytes equal
-    >>> assert_fp8_close(out, ref, wide, s_o, min_equal=0.90)    # GPU (16-bit probabilities)
+Example (on a GPU, pass ``min_equal=0.90``: its kernels round P to 16 bits):
+    >>> import torch, graphfuse
+    >>> from graphfuse.ops.attention_ref import attention_fp32
+    >>> from graphfuse.ops.quant_ref import fp8_static_quant_ref
+    >>> q, k, v = (torch.randn(1, 2, 16, 64, dtype=torch.bfloat16) for _ in range(3))
+    >>> args = (q, k, v, None, None, None, None, "top_left", None, "bhsd", "default")
+    >>> wide = attention_fp32(*args)
+    >>> s_o = wide.abs().amax() / 448
+    >>> out = torch.ops.graphfuse.attention_fp8(*args, s_o)
+    >>> assert_fp8_close(out, fp8_static_quant_ref(wide, s_o), wide, s_o)
 """
 
 from __future__ import annotations
