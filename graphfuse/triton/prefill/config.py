@@ -58,9 +58,10 @@ WS_BLOCK_N = 128  # and keys per tile
 
 def ws_stages(fast: bool, d: int) -> int:
     """Slots in the warp-specialised kernel's K / V ring: 3 in fast mode at D = 128 (FP8 V,
-    shorter tiles, more of each load exposed: 8-10% faster with FP8 out at B=4 S=4096 on an
-    H100, 1% with NVFP4 out), else 2 (a third slot measured 1-6% slower in the default
-    precision and 1-2% at D = 64; docs/gpu.md, "Prefill: the K / V ring's depth")."""
+    shorter tiles, more of each load exposed: 7-13% faster with FP8 out at B=4 S=4096 on
+    H100s, level with NVFP4 out), else 2 (a third slot measured 2-7% slower in the default
+    precision and with bf16 in, 0-2% at D = 64; docs/gpu.md, "Prefill: the K / V ring's
+    depth")."""
     return 3 if fast and d == 128 else 2
 
 
