@@ -1,0 +1,188 @@
+"""This tree's Gluon prefill kernel against other versions of it, on an sm_90 device, in one
+process.
+
+    git show main:graphfuse/triton/prefill/gluon_kernel.py > /tmp/base_gluon.py
+    python -m benchmarks.prefill_kernels_ab /tmp/base_gluon.py [OTHER.py ...] [--tests]
+        [--rounds 7] [--json PATH]
+
+Each file is loaded as a module of ``graphfuse/triton/prefill`` (its relative imports resolve
+there) and its ``ws_attention_kernel``, which must take this tree's arguments, stands in for
+this tree's while its calls run: the launcher (``launch.gluon_attention_into``) and everything
+before it are this tree's. With ``--tests``, ``tests/gpu/test_attention_ws_gpu.py`` first runs
+with each version in place (the acceptance for a version whose output bytes differ). Then, per
+shape (``SHAPES``: B, Hq, Hkv, S, D, causal), six calls (FP8 q / k / v in the default
+precision with FP8 and NVFP4 out, in fast mode with FP8 and NVFP4 out, bf16 q / k / v with FP8
+and bf16 out) run once per version with poisoned outputs, for the fraction of output bytes
+equal to this tree's, and are timed with ``triton.testing.do_bench`` in interleaved rounds
+(medians): TFLOP/s and each version's speed over this tree's (above 1: the version is
+faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import os
+import statistics
+import sys
+from types import ModuleType
+
+import torch
+
+from benchmarks.common import print_table, result_path, write_json
+from graphfuse.triton.ops import attention_run
+
+FP8 = torch.float8_e4m3fn
+DEV = "cuda"
+SHAPES = (
+    (4, 32, 8, 4096, 128, True),
+    (4, 32, 8, 4096, 128, False),
+    (8, 32, 8, 2048, 64, True),
+)
+TESTS = "tests/gpu/test_attention_ws_gpu.py"
+
+
+def load_version(path: str, index: int) -> ModuleType:
+    """``path`` as a module of ``graphfuse.triton.prefill``; SystemExit if it has no kernel."""
+    name = f"graphfuse.triton.prefill._ab_version_{index}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"benchmarks.prefill_kernels_ab: cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, "ws_attention_kernel"):
+        raise SystemExit(f"benchmarks.prefill_kernels_ab: {path} has no ws_attention_kernel")
+    return module
+
+
+def _calls(b: int, hq: int, hkv: int, s: int, d: int, causal: bool):
+    """(name -> call(), the output buffers) of one shape, outputs in ``bs(hd)`` rows."""
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    qf, kf, vf = (torch.randn((b, h, s, d), device=DEV, generator=gen) for h in (hq, hkv, hkv))
+    sc = torch.tensor([1 / 64.0], device=DEV)
+    q8, k8, v8 = ((x * 64).to(FP8) for x in (qf, kf, vf))
+    qb, kb, vb = (x.to(torch.bfloat16) for x in (qf, kf, vf))
+    m, width = b * s, hq * d
+    o8 = torch.empty((b, s, width), device=DEV, dtype=FP8)
+    o16 = torch.empty((b, s, width), device=DEV, dtype=torch.bfloat16)
+    packed = torch.empty((m, width // 2), device=DEV, dtype=torch.uint8)
+    sf = torch.empty((-(-m // 128) * 128, (width // 16 + 3) // 4 * 4), device=DEV, dtype=FP8)
+    o_scale, g = torch.tensor([0.02], device=DEV), torch.tensor([40.0], device=DEV)
+    mask = "top_left" if causal else "none"
+    fp8 = (q8, k8, v8, sc, sc, sc, None, mask, None, "bs(hd)")
+    bf16 = (qb, kb, vb, None, None, None, None, mask, None, "bs(hd)")
+    outs = {
+        0: (o16.view(torch.int16),),
+        1: (o8.view(torch.uint8),),
+        2: (packed, sf.view(torch.uint8)),
+    }
+
+    def call(args, precision, kind):
+        def run() -> None:
+            if kind == 0:
+                attention_run(*args, precision, o16, 0)
+            elif kind == 1:
+                attention_run(*args, precision, o8, 1, o_scale)
+            else:
+                attention_run(*args, precision, packed, 2, g, sf)
+
+        return run, outs[kind]
+
+    return {
+        "fp8_default": call(fp8, "default", 1),
+        "fp8_default_nvfp4": call(fp8, "default", 2),
+        "fp8_fast": call(fp8, "fast", 1),
+        "fp8_fast_nvfp4": call(fp8, "fast", 2),
+        "bf16_in": call(bf16, "default", 1),
+        "bf16_in_bf16_out": call(bf16, "default", 0),
+    }
+
+
+def _outputs(run, bufs) -> list[torch.Tensor]:
+    for t in bufs:
+        t.fill_(0x25)  # poison: a byte the kernel does not write stays unequal to a fresh one
+    run()
+    torch.cuda.synchronize()
+    return [t.clone() for t in bufs]
+
+
+def _in_place(use, name: str, run) -> None:
+    use(name)
+    run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from triton.testing import do_bench
+
+    from graphfuse.triton.prefill import gluon_kernel
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("versions", nargs="+", help="other gluon_kernel.py files")
+    ap.add_argument("--tests", action="store_true", help=f"run {TESTS} with each version first")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--json", default=result_path("prefill_kernels_ab"))
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        raise SystemExit("benchmarks.prefill_kernels_ab: needs an sm_90 GPU")
+    kernels = {"this tree": gluon_kernel.ws_attention_kernel}
+    for i, path in enumerate(args.versions):
+        kernels[os.path.basename(path)] = load_version(path, i).ws_attention_kernel
+    if len(kernels) != len(args.versions) + 1:
+        raise SystemExit("benchmarks.prefill_kernels_ab: give the versions distinct file names")
+
+    def use(name: str) -> None:
+        gluon_kernel.ws_attention_kernel = kernels[name]  # the launcher imports it per call
+
+    record: dict = {"versions": args.versions, "rounds": args.rounds, "tests": {}, "rows": []}
+    table = []
+    try:
+        if args.tests:
+            import pytest
+
+            for name in list(kernels)[1:]:
+                use(name)
+                rc = pytest.main(["-q", "-p", "no:cacheprovider", TESTS])
+                record["tests"][name] = int(rc)
+                print(f"{TESTS} with {name}: exit status {int(rc)}", flush=True)
+        for shape in SHAPES:
+            b, hq, _, s, d, causal = shape
+            flop = 4 * b * hq * s * s * d / (2 if causal else 1)
+            calls = _calls(*shape)
+            for call_name, (run, bufs) in calls.items():
+                ref = None
+                equal = {}
+                for name in kernels:
+                    use(name)
+                    got = _outputs(run, bufs)
+                    if ref is None:
+                        ref = got
+                    else:
+                        same = sum(int((x == y).sum()) for x, y in zip(got, ref))
+                        equal[name] = same / sum(x.numel() for x in ref)
+                times: dict[str, list[float]] = {name: [] for name in kernels}
+                for _ in range(args.rounds):
+                    for name in kernels:
+                        fn = functools.partial(_in_place, use, name, run)
+                        times[name].append(do_bench(fn, warmup=10, rep=50, return_mode="median"))
+                ms = {name: statistics.median(v) for name, v in times.items()}
+                base = ms["this tree"]
+                record["rows"].append({
+                    "shape": list(shape), "call": call_name, "ms": ms, "rounds_ms": times,
+                    "tflops": {n: flop / t / 1e9 for n, t in ms.items()},
+                    "speed": {n: base / t for n, t in ms.items()}, "equal": equal,
+                })  # fmt: skip
+                for name in kernels:
+                    eq = "-" if name == "this tree" else f"{equal[name]:.4f}"
+                    table.append([f"{shape} {call_name}", name, ms[name], flop / ms[name] / 1e9,
+                                  base / ms[name], eq])  # fmt: skip
+                    print(" ".join(map(str, table[-1])), flush=True)
+    finally:
+        use("this tree")
+    print_table(["shape call", "version", "ms", "TFLOP/s", "speed", "bytes equal"], table, ".4f")
+    write_json(args.json, record, gpu=True)
+
+
+if __name__ == "__main__":
+    main()
