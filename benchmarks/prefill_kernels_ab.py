@@ -7,15 +7,15 @@ process.
 
 Each file is loaded as a module of ``graphfuse/triton/prefill`` (its relative imports resolve
 there) and its ``ws_attention_kernel``, which must take this tree's arguments, stands in for
-this tree's while its calls run: the launcher (``launch.gluon_attention_into``) and everything
-before it are this tree's. With ``--tests``, ``tests/gpu/test_attention_ws_gpu.py`` first runs
-with each version in place (the acceptance for a version whose output bytes differ). Then, per
-shape (``SHAPES``: B, Hq, Hkv, S, D, causal), six calls (FP8 q / k / v in the default
-precision with FP8 and NVFP4 out, in fast mode with FP8 and NVFP4 out, bf16 q / k / v with FP8
-and bf16 out) run once per version with poisoned outputs, for the fraction of output bytes
-equal to this tree's, and are timed with ``triton.testing.do_bench`` in interleaved rounds
-(medians): TFLOP/s and each version's speed over this tree's (above 1: the version is
-faster).
+this tree's while its calls run: the launcher (``launch.gluon_attention_into``, with its
+``MAXNREG`` and ring depth) and everything before it are this tree's. With ``--tests``,
+``tests/gpu/test_attention_ws_gpu.py`` first runs with each version in place (the acceptance
+for a version whose output bytes differ). Then, per shape (``SHAPES``: B, Hq, Hkv, S, D,
+causal), six calls (FP8 q / k / v in the default precision with FP8 and NVFP4 out, in fast mode
+with FP8 and NVFP4 out, bf16 q / k / v with FP8 and bf16 out) run once per version with
+poisoned outputs, for the fraction of output bytes equal to this tree's, and are timed with
+``triton.testing.do_bench`` in interleaved rounds (medians): TFLOP/s and each version's speed
+over this tree's (above 1: the version is faster).
 """
 
 from __future__ import annotations
