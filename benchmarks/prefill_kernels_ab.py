@@ -57,8 +57,10 @@ def load_version(path: str, index: int) -> ModuleType:
     return module
 
 
-def _calls(b: int, hq: int, hkv: int, s: int, d: int, causal: bool):
-    """(name -> call(), the output buffers) of one shape, outputs in ``bs(hd)`` rows."""
+def prefill_calls(b: int, hq: int, hkv: int, s: int, d: int, causal: bool) -> dict:
+    """The benchmark calls of one shape as name -> (call(), its output buffers): FP8 q / k / v
+    in the default precision and in fast mode, each with FP8 and NVFP4 out, bf16 q / k / v with
+    FP8 and bf16 out; outputs in ``bs(hd)`` rows (``benchmarks.prefill_stages_ab`` too)."""
     gen = torch.Generator(device=DEV).manual_seed(5)
     qf, kf, vf = (torch.randn((b, h, s, d), device=DEV, generator=gen) for h in (hq, hkv, hkv))
     sc = torch.tensor([1 / 64.0], device=DEV)
@@ -100,7 +102,8 @@ def _calls(b: int, hq: int, hkv: int, s: int, d: int, causal: bool):
     }
 
 
-def _outputs(run, bufs) -> list[torch.Tensor]:
+def poisoned_outputs(run, bufs) -> list[torch.Tensor]:
+    """Copies of ``bufs`` after ``run()``, each poisoned first."""
     for t in bufs:
         t.fill_(0x25)  # poison: a byte the kernel does not write stays unequal to a fresh one
     run()
@@ -149,13 +152,13 @@ def main(argv: list[str] | None = None) -> None:
         for shape in SHAPES:
             b, hq, _, s, d, causal = shape
             flop = 4 * b * hq * s * s * d / (2 if causal else 1)
-            calls = _calls(*shape)
+            calls = prefill_calls(*shape)
             for call_name, (run, bufs) in calls.items():
                 ref = None
                 equal = {}
                 for name in kernels:
                     use(name)
-                    got = _outputs(run, bufs)
+                    got = poisoned_outputs(run, bufs)
                     if ref is None:
                         ref = got
                     else:

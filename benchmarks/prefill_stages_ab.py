@@ -19,11 +19,10 @@ import statistics
 import torch
 
 from benchmarks.common import print_table, result_path, write_json
-from graphfuse.triton.ops import attention_run
+from benchmarks.prefill_kernels_ab import poisoned_outputs, prefill_calls
 from graphfuse.triton.prefill import launch
 
-FP8 = torch.float8_e4m3fn
-DEV = "cuda"
+CALLS = ("fp8_fast", "fp8_fast_nvfp4", "fp8_default", "bf16_in")  # of prefill_calls
 SHAPES = (
     (4, 32, 8, 4096, 128, True),
     (4, 32, 8, 4096, 128, False),
@@ -33,47 +32,9 @@ SHAPES = (
 DEPTHS = (2, 3)
 
 
-def _calls(b: int, hq: int, hkv: int, s: int, d: int, causal: bool):
-    """(name -> call(depth), the output buffers) of one shape."""
-    gen = torch.Generator(device=DEV).manual_seed(1)
-    qf, kf, vf = (torch.randn((b, h, s, d), device=DEV, generator=gen) for h in (hq, hkv, hkv))
-    sc = torch.tensor([1 / 64.0], device=DEV)
-    q8, k8, v8 = ((x * 64).to(FP8) for x in (qf, kf, vf))
-    qb, kb, vb = (x.to(torch.bfloat16) for x in (qf, kf, vf))
-    m, width = b * s, hq * d
-    o8 = torch.empty((b, s, width), device=DEV, dtype=FP8)
-    packed = torch.empty((m, width // 2), device=DEV, dtype=torch.uint8)
-    sf = torch.empty((-(-m // 128) * 128, (width // 16 + 3) // 4 * 4), device=DEV, dtype=FP8)
-    o_scale, g = torch.tensor([0.02], device=DEV), torch.tensor([40.0], device=DEV)
-    mask = "top_left" if causal else "none"
-    fp8 = (q8, k8, v8, sc, sc, sc, None, mask, None, "bs(hd)")
-    bf16 = (qb, kb, vb, None, None, None, None, mask, None, "bs(hd)")
-
-    def call(args, precision, nvfp4):
-        def run(depth: int) -> None:
-            launch.ws_stages = lambda fast, d: depth
-            if nvfp4:
-                attention_run(*args, precision, packed, 2, g, sf)
-            else:
-                attention_run(*args, precision, o8, 1, o_scale)
-
-        return run
-
-    calls = {
-        "fast_fp8": call(fp8, "fast", False),
-        "fast_nvfp4": call(fp8, "fast", True),
-        "default_fp8": call(fp8, "default", False),
-        "bf16_fp8": call(bf16, "default", False),
-    }
-    return calls, (o8.view(torch.uint8), packed, sf.view(torch.uint8))
-
-
-def _outputs(run, depth: int, bufs) -> list[torch.Tensor]:
-    for t in bufs:
-        t.fill_(0xA5)  # poison: a byte the kernel does not write stays unequal to a fresh one
-    run(depth)
-    torch.cuda.synchronize()
-    return [t.clone() for t in bufs]
+def _at_depth(run, depth: int) -> None:
+    launch.ws_stages = lambda fast, d: depth
+    run()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -89,16 +50,19 @@ def main(argv: list[str] | None = None) -> None:
         for shape in SHAPES:
             b, hq, _, s, d, causal = shape
             flop = 4 * b * hq * s * s * d / (2 if causal else 1)
-            calls, bufs = _calls(*shape)
+            every = prefill_calls(*shape)
+            calls = {name: every[name] for name in CALLS}
             times = {(n, k): [] for n in calls for k in DEPTHS}
             equal = {}
-            for name, run in calls.items():
-                a, c = (_outputs(run, k, bufs) for k in DEPTHS)
+            for name, (run, bufs) in calls.items():
+                a, c = (
+                    poisoned_outputs(functools.partial(_at_depth, run, k), bufs) for k in DEPTHS
+                )
                 equal[name] = all(torch.equal(x, y) for x, y in zip(a, c))
             for _ in range(args.rounds):
-                for name, run in calls.items():
+                for name, (run, _bufs) in calls.items():
                     for k in DEPTHS:
-                        fn = functools.partial(run, k)
+                        fn = functools.partial(_at_depth, run, k)
                         ms = do_bench(fn, warmup=10, rep=50, return_mode="median")
                         times[(name, k)].append(ms)
             for name in calls:
