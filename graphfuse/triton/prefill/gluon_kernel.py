@@ -15,7 +15,8 @@ stays at 0.80-0.84x cuDNN's SDPA for bf16, and a minimal Triton kernel does no b
 - two consumer warpgroups, each owning 64 of the CTA's 128 query rows, run ``S = Q K^T``
   (wgmma from shared memory; FP8 operands on the FP8 tensor cores, both K-major), the online
   softmax (exp2 with the softmax and dequant scales folded in; 16-bit P, or in fast mode
-  ``256 * P`` in e4m3 as the Triton kernel rounds it) and ``O += P V`` (P from
+  ``256 * P`` in e4m3 as the Triton kernel rounds it; with FP8 q / k and an FP8 / NVFP4
+  output in the default precision a lazy running max, ``_softmax_step``) and ``O += P V`` (P from
   registers) with no barrier between them, so one's softmax runs under
   the other's GEMMs; the second starts after the first's first ``Q K^T`` (an offset that
   the tensor cores' arbitration then keeps);
@@ -63,6 +64,7 @@ from ..formats import block_amax, e4m3, nvfp4_block_scale, pack_e2m1, swizzled_o
 
 CONSUMER_REGS = gl.constexpr(240)  # per thread, each consumer warpgroup (the producer warp gets 24)
 MAXNREG = 168  # 3 warpgroups: 2 x 240 + 24 (rounded) <= 3 x 168
+LAZY_MAX_LOG2 = gl.constexpr(8.0)  # growth of a row's max (log2) a lazy running max ignores
 
 
 @gluon.jit
@@ -156,6 +158,12 @@ def _consume(
     )
     # fast mode's P is 256 * P (e4m3 keeps small probabilities normal), as in triton_kernel.py
     P_LOG2: gl.constexpr = 8.0 if V_BITS == 8 else 0.0
+    # FP8 q / k with 16-bit P and an FP8 / NVFP4 output: the lazy running max (``_softmax_step``)
+    # and the rescale skipped by warps whose rows' max stayed (``_rescaled``)
+    QUANT_OUT: gl.constexpr = (out_ptr.dtype.element_ty == gl.float8e4nv) or (
+        out_ptr.dtype.element_ty == gl.uint8
+    )
+    LAZY: gl.constexpr = V_BITS == 16 and q_bufs.dtype.primitive_bitwidth == 8 and QUANT_OUT
     row_l: gl.constexpr = gl.SliceLayout(1, s_layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, o_layout)
 
@@ -198,8 +206,9 @@ def _consume(
                 if it == 0:
                     mbarrier.arrive(go_bar, count=1)
             p, alpha, m_i, l_i = _softmax_step(
-                qk, 0, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN, P_LOG2
-            )
+                qk, 0, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN, P_LOG2,
+                LAZY,
+            )  # fmt: skip
             p_c = _p_carried(p, v_bufs.dtype, p_layout)
             for j in range(1, n_tiles):
                 s = (t + j) % NSTAGE
@@ -209,7 +218,7 @@ def _consume(
                     q_bufs.index(c), k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False,
                     is_async=True,
                 )  # fmt: skip
-                acc = _rescaled(acc, gl.convert_layout(alpha, orow_l), V_BITS == 8)
+                acc = _rescaled(acc, gl.convert_layout(alpha, orow_l), V_BITS == 8, LAZY)
                 mbarrier.wait(v_ready.index(sp), ((t + j - 1) // NSTAGE) & 1)
                 acc = _pv_mma(p_c, v_bufs, sp, acc, p_layout)
                 qk = warpgroup_mma_wait(1, deps=(qk,))
@@ -217,7 +226,7 @@ def _consume(
                 if qk_scale == qk_scale:  # a block of its own (module docstring)
                     p, alpha, m_i, l_i = _softmax_step(
                         qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off,
-                        BN, P_LOG2,
+                        BN, P_LOG2, LAZY,
                     )  # fmt: skip
                 acc = _wait_pv(acc, p_c)
                 mbarrier.arrive(v_empty.index(sp), count=1)
@@ -258,17 +267,50 @@ def _consume(
                 gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty))
 
 
+_SKIP_PACK = gl.constexpr(32)  # accumulator values a thread rescales in one asm block
+
+
+def _skipped_rescale_asm(n: int) -> str:
+    """PTX of ``n`` accumulator values times their rows' factors, the multiplies skipped (the
+    values passed through) when every factor in the warp is 1. Of each 4 consecutive values a
+    thread holds in the wgmma accumulator layout, the first 2 are in row r and the last 2 in
+    row r + 8, so operands ``2n`` and ``2n + 2`` are the thread's two row factors."""
+    lines = [
+        "{ .reg .pred p, q;",
+        f"setp.neu.f32 p, ${2 * n}, 0f3F800000;",
+        f"setp.neu.f32 q, ${2 * n + 2}, 0f3F800000;",
+        "or.pred p, p, q;",
+        "vote.sync.any.pred p, p, 0xffffffff;",
+    ]
+    lines += [f"mov.b32 ${i}, ${n + i};" for i in range(n)]
+    lines += ["@!p bra SKIP;"]
+    lines += [f"mul.f32 ${i}, ${n + i}, ${2 * n + i};" for i in range(n)]
+    lines += ["SKIP:", "}"]
+    return "\n".join(lines)
+
+
+_SKIP_ASM = gl.constexpr(_skipped_rescale_asm(_SKIP_PACK.value))
+_SKIP_CONSTRAINTS = gl.constexpr(",".join(["=f"] * _SKIP_PACK.value + ["f"] * 2 * _SKIP_PACK.value))
+
+
 @gluon.jit
-def _rescaled(acc, alpha, FAST: gl.constexpr):
+def _rescaled(acc, alpha, FAST: gl.constexpr, LAZY: gl.constexpr):
     """``acc * alpha[:, None]``, computed where it is written: between the issue of tile j's
     ``Q K^T`` and tile j-1's ``P V``, as FlashAttention-3 orders it. As plain multiplies the
     compiler hoists them above the ``Q K^T`` issue (the wgmma is inline assembly with no
     operand in common), which delays the scores the softmax waits for by the 64 multiplies;
     as assembly with side effects they keep their place among the wgmma and barrier
     instructions. ``FAST`` (FP8 P): plain multiplies, placed by the compiler (docs/gpu.md,
-    "The accumulator rescale between the two GEMM issues")."""
+    "The accumulator rescale between the two GEMM issues"). ``LAZY`` (the lazy running max of
+    ``_softmax_step``, whose factors are mostly exactly 1): a warp skips its multiplies when
+    all its rows' factors are 1 (``_skipped_rescale_asm``, a vote and a branch a 32 values)."""
     if FAST:
         return acc * gl.expand_dims(alpha, 1)
+    if LAZY:
+        return gl.inline_asm_elementwise(
+            _SKIP_ASM, _SKIP_CONSTRAINTS, [acc, gl.expand_dims(alpha, 1)], dtype=gl.float32,
+            is_pure=False, pack=_SKIP_PACK,
+        )  # fmt: skip
     return gl.inline_asm_elementwise(
         "mul.f32 $0, $1, $2;", "=f,f,f", [acc, gl.expand_dims(alpha, 1)], dtype=gl.float32,
         is_pure=False, pack=1,
@@ -356,15 +398,23 @@ def _wait_pv(acc, p_c):
 @gluon.jit
 def _softmax_step(
     qk, j, m_i, l_i, qk_scale, rows, cols, first_row, causal, causal_off, BN: gl.constexpr,
-    P_LOG2: gl.constexpr,
+    P_LOG2: gl.constexpr, LAZY: gl.constexpr,
 ):  # fmt: skip
     """Online softmax of key tile ``j``'s scores: P times ``2**P_LOG2`` (fp32), the rescale
-    factor of the accumulator, the new running max and sum (of the scaled P)."""
+    factor of the accumulator, the new running max and sum (of the scaled P).
+
+    ``LAZY``: a row's running max moves only when the tile's max exceeds it by more than
+    ``LAZY_MAX_LOG2`` (FlashAttention-4's conditional rescale), so P stays below ``2**8`` and
+    most tiles leave every factor exactly 1 (docs/numerics.md, "Attention on the GPU")."""
     if causal != 0:
         if (j + 1) * BN - 1 > first_row + causal_off:  # a key past this consumer's 1st row
             keep = gl.expand_dims(rows + causal_off, 1) >= gl.expand_dims(j * BN + cols, 0)
             qk = gl.where(keep, qk, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
+    m_tile = gl.max(qk, axis=1) * qk_scale
+    if LAZY:
+        m_new = gl.where(m_tile > m_i + LAZY_MAX_LOG2, m_tile, m_i)
+    else:
+        m_new = gl.maximum(m_i, m_tile)
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
     alpha = gl.exp2(m_i - m_use)
     p = gl.exp2(qk * qk_scale - gl.expand_dims(m_use - P_LOG2, 1))
