@@ -6,6 +6,8 @@
 #   bash benchmarks/gpu_run.sh table [KIT]     # FlashInfer from KIT (a copy of its wheel kit:
 #                                              # fi_stripped.tar.xz + wheels/), warmed, then
 #                                              # attention_gpu and norm_act_quant_gpu
+#   bash benchmarks/gpu_run.sh prefill [KIT]   # the attention table's prefill rows only, with
+#                                              # FlashInfer's two FA3 kernels from KIT
 #   bash benchmarks/gpu_run.sh fast            # fast-mode numerics and time split
 #   bash benchmarks/gpu_run.sh decode-ab [KIT] # decode configurations against each other and
 #                                              # XQA (benchmarks/decode_config_ab.py)
@@ -19,14 +21,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 for stage in "$@"; do
     case "$stage" in
-        checks | table | fast | decode-ab) ;;
+        checks | table | prefill | fast | decode-ab) ;;
         *) [ -d "$stage" ] || {
-            echo "gpu_run: unknown stage '$stage' (checks, table [KIT], fast, decode-ab [KIT])"
+            echo "gpu_run: unknown stage '$stage' (checks, table [KIT], prefill [KIT], fast," \
+                "decode-ab [KIT])"
             exit 2
         } ;;
     esac
 done
-[ $# -gt 0 ] || { sed -n 2,17p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,19p "$0"; exit 2; }
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -83,6 +86,14 @@ table() {
     say "norm / act table done"
 }
 
+prefill() {
+    built
+    [ -n "${1:-}" ] && peer "$1" prefill_fa3_bf16 prefill_fa3_fp8
+    timeout 300 python3 -m benchmarks.attention_gpu --only prefill \
+        --json "$OUT/attention_gpu_prefill.json" 2>&1 | grep -v Warning | tail -25
+    say "prefill table done"
+}
+
 decode_ab() {
     built
     [ -n "${1:-}" ] && peer "$1" decode_xqa
@@ -102,6 +113,7 @@ while [ $# -gt 0 ]; do
         checks) checks ;;
         fast) fast ;;
         table) if [ -n "${2:-}" ] && [ -d "$2" ]; then table "$2"; shift; else table; fi ;;
+        prefill) if [ -n "${2:-}" ] && [ -d "$2" ]; then prefill "$2"; shift; else prefill; fi ;;
         decode-ab) if [ -n "${2:-}" ] && [ -d "$2" ]; then decode_ab "$2"; shift; else decode_ab; fi ;;
     esac
     shift
