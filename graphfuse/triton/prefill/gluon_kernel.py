@@ -404,8 +404,8 @@ def _softmax_step(
     factor of the accumulator, the new running max and sum (of the scaled P).
 
     ``LAZY``: a row's running max moves only when the tile's max exceeds it by more than
-    ``LAZY_MAX_LOG2`` (FlashAttention-4's conditional rescale), so P stays below ``2**8`` and
-    most tiles leave every factor exactly 1 (docs/numerics.md, "Attention on the GPU")."""
+    ``LAZY_MAX_LOG2`` (FlashAttention-4's conditional rescale), so P is at most ``2**8`` and
+    most tiles leave every factor exactly 1 (docs/numerics.md, "The running max on the GPU")."""
     if causal != 0:
         if (j + 1) * BN - 1 > first_row + causal_off:  # a key past this consumer's 1st row
             keep = gl.expand_dims(rows + causal_off, 1) >= gl.expand_dims(j * BN + cols, 0)
