@@ -22,9 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_seed() -> int:
     """This run's seed for the interpreted cases (one seed a run, so each CI run draws other
     cases): ``GRAPHFUSE_INTERPRET_SEED`` where set, else a fresh one; it is in the test's
-    id and in a failing run's message, so ``GRAPHFUSE_INTERPRET_SEED=N`` repeats it."""
+    id and in a failing run's message, so ``GRAPHFUSE_INTERPRET_SEED=N`` repeats it. Under
+    pytest-xdist the fresh seed comes from the run's id, which every worker shares (their
+    collections must agree)."""
     env = os.environ.get("GRAPHFUSE_INTERPRET_SEED")
-    return int(env) if env else random.SystemRandom().randrange(10**6)
+    if env:
+        return int(env)
+    xdist_run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # a uuid4 hex, one per xdist run
+    if xdist_run:
+        return int(xdist_run, 16) % 10**6
+    return random.SystemRandom().randrange(10**6)
 
 
 def interpret(module: str, *args: str, timeout: int = 1800) -> list[dict]:
