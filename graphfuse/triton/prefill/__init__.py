@@ -2,6 +2,7 @@
 
 - ``gluon_kernel.py``: the warp-specialised Gluon kernel for Hopper (FlashAttention-3's
   structure: a TMA producer warp, two consumer warpgroups with no barrier between them).
+  ``gluon_nvfp4.py`` holds its NVFP4 output.
 - ``triton_kernel.py``: the plain Triton kernel, which handles every op argument.
 - ``config.py``: the Triton kernel's tile table (``default_config``) and ``ws_eligible``;
   ``launch.py``: ``attention_into``, which applies the rule and launches either kernel.
