@@ -3,7 +3,7 @@ process.
 
     git show main:graphfuse/triton/prefill/gluon_kernel.py > /tmp/base_gluon.py
     python -m benchmarks.prefill_kernels_ab /tmp/base_gluon.py [OTHER.py ...] [--tests]
-        [--rounds 7] [--json PATH]
+        [--calls NAME ...] [--shapes I ...] [--rounds 7] [--json PATH]
 
 Each file is loaded as a module of ``graphfuse/triton/prefill`` (its relative imports resolve
 there) and its ``ws_attention_kernel``, which must take this tree's arguments, stands in for
@@ -15,7 +15,9 @@ causal), six calls (FP8 q / k / v in the default precision with FP8 and NVFP4 ou
 with FP8 and NVFP4 out, bf16 q / k / v with FP8 and bf16 out) run once per version with
 poisoned outputs, for the fraction of output bytes equal to this tree's, and are timed with
 ``triton.testing.do_bench`` in interleaved rounds (medians): TFLOP/s and each version's speed
-over this tree's (above 1: the version is faster).
+over this tree's (above 1: the version is faster). ``--calls`` (names from ``CALLS``) and
+``--shapes`` (indices into ``SHAPES``) keep a run to part of that grid: each version compiles
+once per call kind and head dim, which is most of a full run's time.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ SHAPES = (
     (4, 32, 8, 4096, 128, False),
     (8, 32, 8, 2048, 64, True),
 )
+CALLS = (
+    "fp8_default", "fp8_default_nvfp4", "fp8_fast", "fp8_fast_nvfp4", "bf16_in",
+    "bf16_in_bf16_out",
+)  # fmt: skip
 TESTS = "tests/gpu/test_attention_ws_gpu.py"
 
 
@@ -60,7 +66,8 @@ def load_version(path: str, index: int) -> ModuleType:
 def prefill_calls(b: int, hq: int, hkv: int, s: int, d: int, causal: bool) -> dict:
     """The benchmark calls of one shape as name -> (call(), its output buffers): FP8 q / k / v
     in the default precision and in fast mode, each with FP8 and NVFP4 out, bf16 q / k / v with
-    FP8 and bf16 out; outputs in ``bs(hd)`` rows (``benchmarks.prefill_stages_ab`` too)."""
+    FP8 and bf16 out, named as in ``CALLS``; outputs in ``bs(hd)`` rows
+    (``benchmarks.prefill_stages_ab`` too)."""
     gen = torch.Generator(device=DEV).manual_seed(5)
     qf, kf, vf = (torch.randn((b, h, s, d), device=DEV, generator=gen) for h in (hq, hkv, hkv))
     sc = torch.tensor([1 / 64.0], device=DEV)
@@ -124,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("versions", nargs="+", help="other gluon_kernel.py files")
     ap.add_argument("--tests", action="store_true", help=f"run {TESTS} with each version first")
+    ap.add_argument("--calls", nargs="+", choices=CALLS, default=list(CALLS))
+    ap.add_argument("--shapes", nargs="+", type=int, choices=range(len(SHAPES)),
+                    default=list(range(len(SHAPES))), help="indices into SHAPES")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", default=result_path("prefill_kernels_ab"))
     args = ap.parse_args(argv)
@@ -139,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         gluon_kernel.ws_attention_kernel = kernels[name]  # the launcher imports it per call
 
     record: dict = {"versions": args.versions, "rounds": args.rounds, "tests": {}, "rows": []}
+    shapes = [SHAPES[i] for i in args.shapes]
     table = []
     try:
         if args.tests:
@@ -149,11 +160,12 @@ def main(argv: list[str] | None = None) -> None:
                 rc = pytest.main(["-q", "-p", "no:cacheprovider", TESTS])
                 record["tests"][name] = int(rc)
                 print(f"{TESTS} with {name}: exit status {int(rc)}", flush=True)
-        for shape in SHAPES:
+        for shape in shapes:
             b, hq, _, s, d, causal = shape
             flop = 4 * b * hq * s * s * d / (2 if causal else 1)
             calls = prefill_calls(*shape)
-            for call_name, (run, bufs) in calls.items():
+            for call_name in args.calls:
+                run, bufs = calls[call_name]
                 ref = None
                 equal = {}
                 for name in kernels:

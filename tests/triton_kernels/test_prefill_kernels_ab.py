@@ -1,6 +1,7 @@
 """``benchmarks.prefill_kernels_ab`` loads another version of the Gluon prefill kernel as a
 module of ``graphfuse/triton/prefill`` (its relative imports resolve there), and refuses a
-file without the kernel with a clear message. Skips without Triton's Gluon Hopper layer."""
+file without the kernel with a clear message; unknown call names or shape indices are refused
+before anything runs. Skips without Triton's Gluon Hopper layer."""
 
 from __future__ import annotations
 
@@ -35,3 +36,23 @@ def test_a_file_without_the_kernel_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="has no ws_attention_kernel"):
         load_version(str(other), 91)
     sys.modules.pop("graphfuse.triton.prefill._ab_version_91")
+
+
+@pytest.mark.parametrize("bad", [["--calls", "fp8_nope"], ["--shapes", "9"]])
+def test_an_unknown_call_or_shape_is_refused(bad: list[str], capsys) -> None:
+    from benchmarks.prefill_kernels_ab import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["other.py", *bad])
+    assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_calls_and_shapes_parse_before_the_device_check() -> None:
+    import torch
+
+    from benchmarks.prefill_kernels_ab import main
+
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("an sm_90 GPU would run the benchmark")
+    with pytest.raises(SystemExit, match="needs an sm_90 GPU"):
+        main(["other.py", "--calls", "fp8_default", "bf16_in", "--shapes", "0", "2"])
