@@ -55,7 +55,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         dist.destroy_process_group()
     # The gloo group the functional collectives used outlives destroy_process_group (its
     # worker threads are still running here), and a normal interpreter exit then aborted in
-    # their destructors about once in 30 runs ("terminate called without an active
+    # their destructors in 3 of about 125 runs ("terminate called without an active
     # exception", after both ranks had saved their results). Its work is done and saved, so
     # the worker leaves without running the process's exit handlers.
     sys.stdout.flush()
