@@ -5,9 +5,12 @@ online softmax (docs/gpu.md, "Conditional rescale for 16-bit P").
 
 The model runs the key tiles of 128 in order, as the kernel does: a row's running max moves
 when a tile's max exceeds it by more than ``threshold`` (log2; 0 is the exact max), P is
-rounded to fp16 (the default precision's P with an FP8 V upcast to fp16), the row sum and the
-accumulator stay wide. Against exact attention (float64, no rounding) it reports the RMSE
-over the exact-max model's, the share of 16-row warp-tiles whose rescale factors are all 1
+rounded to fp16 (the default precision's P with an FP8 V upcast to fp16) for ``P·V``, the row
+sum and the accumulator stay wide. The row sum adds up either P before that rounding (``p_sum``
+"fp32": the kernel's ``FADD``s) or the rounded P that ``P·V`` multiplies ("rounded": a row
+sum by the tensor cores, docs/gpu.md "The row sums by the tensor cores"). Against exact
+attention (float64, no rounding) it reports the RMSE over the exact-max model's with the same
+row sum, the share of 16-row warp-tiles whose rescale factors are all 1
 (the ones ``_rescaled`` skips; tile 0 not counted), and the share of FP8 bytes (per-tensor
 scale from the exact output's amax) and bf16 values equal to exact attention's. Scores are
 ``q k^T / sqrt(D)`` with unit-normal k and v and q of standard deviation ``score_scale``
@@ -28,11 +31,12 @@ WARP_ROWS = 16
 
 
 def online_softmax(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, threshold: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, threshold: float, rounded_sum: bool
 ) -> tuple[torch.Tensor, float]:
     """Attention of float64 ``q`` / ``k`` / ``v`` by tiles with P rounded to fp16 and a running
     max that moves only when a tile's max exceeds it by more than ``threshold`` (0: exact
-    max). Returns the output and the share of warp-tiles whose factors were all 1."""
+    max); the row sum of the rounded P (``rounded_sum``) or of P in fp32. Returns the output
+    and the share of warp-tiles whose factors were all 1."""
     scores = q @ k.T * (LOG2E / q.shape[1] ** 0.5)
     m = torch.full((q.shape[0],), float("-inf"), dtype=torch.float64)
     row_sum = torch.zeros(q.shape[0], dtype=torch.float64)
@@ -47,8 +51,9 @@ def online_softmax(
             moved = (alpha != 1).view(-1, WARP_ROWS).any(1)
             skipped += int((~moved).sum())
             counted += moved.numel()
-        p = torch.exp2(s - m_new[:, None]).to(torch.float16).double()
-        row_sum = row_sum * alpha + p.sum(1)
+        p32 = torch.exp2(s - m_new[:, None]).float()
+        p = p32.to(torch.float16).double()
+        row_sum = row_sum * alpha + (p if rounded_sum else p32.double()).sum(1)
         acc = acc * alpha[:, None] + p @ v[j : j + TILE]
         m = m_new
     return acc / row_sum[:, None], skipped / max(counted, 1)
@@ -59,7 +64,7 @@ def _fp8(o: torch.Tensor, s_o: torch.Tensor) -> torch.Tensor:
 
 
 def run(thresholds=(0.0, 1.0, 2.0, 8.0), score_scales=(1.0, 4.0), seed: int = 0) -> list[dict]:
-    """One record per (score scale, threshold)."""
+    """One record per (score scale, row sum, threshold)."""
     gen = torch.Generator().manual_seed(seed)
     records = []
     for score_scale in score_scales:
@@ -68,17 +73,19 @@ def run(thresholds=(0.0, 1.0, 2.0, 8.0), score_scales=(1.0, 4.0), seed: int = 0)
         v = torch.randn(4096, 128, dtype=torch.float64, generator=gen)
         exact = torch.softmax(q @ k.T / 128**0.5, -1) @ v
         s_o = exact.abs().max() / 448
-        base = None
-        for threshold in thresholds:
-            out, skipped = online_softmax(q, k, v, threshold)
-            rmse = float((out - exact).pow(2).mean().sqrt())
-            base = base if base is not None else rmse
-            records.append({
-                "score_scale": score_scale, "threshold": threshold, "rmse": rmse,
-                "rmse_over_exact_max": rmse / base, "warp_tiles_skipped": skipped,
-                "fp8_equal": float((_fp8(out, s_o) == _fp8(exact, s_o)).double().mean()),
-                "bf16_equal": float((out.bfloat16() == exact.bfloat16()).double().mean()),
-            })  # fmt: skip
+        for p_sum in ("fp32", "rounded"):
+            base = None
+            for threshold in thresholds:
+                out, skipped = online_softmax(q, k, v, threshold, p_sum == "rounded")
+                rmse = float((out - exact).pow(2).mean().sqrt())
+                base = base if base is not None else rmse
+                records.append({
+                    "score_scale": score_scale, "p_sum": p_sum, "threshold": threshold,
+                    "rmse": rmse, "rmse_over_exact_max": rmse / base,
+                    "warp_tiles_skipped": skipped,
+                    "fp8_equal": float((_fp8(out, s_o) == _fp8(exact, s_o)).double().mean()),
+                    "bf16_equal": float((out.bfloat16() == exact.bfloat16()).double().mean()),
+                })  # fmt: skip
     return records
 
 
@@ -87,11 +94,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", default=result_path("lazy_max_numerics"))
     args = ap.parse_args(argv)
     records = run()
-    rows = [[r["score_scale"], r["threshold"], r["rmse_over_exact_max"], r["warp_tiles_skipped"],
-             r["fp8_equal"], r["bf16_equal"]] for r in records]  # fmt: skip
+    keys = ("score_scale", "p_sum", "threshold", "rmse", "rmse_over_exact_max",
+            "warp_tiles_skipped", "fp8_equal", "bf16_equal")  # fmt: skip
+    rows = [[r[k] for k in keys] for r in records]
     print_table(
-        ["score std", "threshold", "RMSE / exact max's", "warp-tiles skipped", "FP8 equal",
-         "bf16 equal"], rows, ".4f",
+        ["score std", "row sum of P", "threshold", "RMSE", "RMSE / exact max's",
+         "warp-tiles skipped", "FP8 equal", "bf16 equal"], rows, ".4g",
     )  # fmt: skip
     write_json(args.json, {"records": records})
 
