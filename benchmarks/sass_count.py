@@ -26,7 +26,12 @@ Both count local-memory spills (``STL``). ``compile_decode`` takes any row of th
 either cache, and ``decode_row_usage`` gives a row's registers, shared memory and programs
 an SM (``tests/triton_kernels/test_decode_compile.py`` runs them over every paged row).
 
-    python -m benchmarks.sass_count [--dtype bfloat16] [--json PATH]
+    python -m benchmarks.sass_count [--dtype bfloat16] [--json PATH] [--prefill-kernel FILE]
+    python -m benchmarks.sass_count --key-loop [--prefill-kernel FILE]
+
+``--key-loop`` prints the basic blocks of each prefill case's key loop (``key_loop_blocks``)
+instead; ``--prefill-kernel`` compiles another version of ``gluon_kernel.py`` for the prefill
+rows (``benchmarks.prefill_kernels_ab.load_version``).
 
 Needs ``triton`` with Gluon's Hopper layer (not a dependency of graphfuse; the pinned
 ``interpret`` extra installs it).
@@ -39,10 +44,13 @@ import os
 import re
 import subprocess
 import tempfile
+from collections import Counter
 
 from benchmarks.common import print_table, result_path, write_json
 
 _INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+_LABEL = re.compile(r"(\.L_x_\d+):")
+_BRANCH = re.compile(r"BRA\s.*\((\.L_x_\d+)\)")
 _WORD_PTRS = ("x_ptr", "res_ptr", "res_out_ptr", "w_ptr")
 # ws_attention_kernel's arguments after the three TMA descriptors
 _PREFILL_ARGS = (
@@ -139,15 +147,19 @@ def _compile_norm_act(case: dict, workdir: str) -> tuple[list[str], int, int]:
 
 
 def compile_prefill(
-    inp: str, out: str, workdir: str, d: int = 128, fast: bool = False
+    inp: str, out: str, workdir: str, d: int = 128, fast: bool = False, kernel=None
 ) -> tuple[list[str], int, int]:
     """``_compile`` of the Gluon prefill kernel, head dim ``d``, ``inp`` q / k / v (``bf16``
-    or ``fp8``: default precision, V upcast to fp16; ``fast``: FP8 V^T tiles) into ``out``."""
+    or ``fp8``: default precision, V upcast to fp16; ``fast``: FP8 V^T tiles) into ``out``;
+    ``kernel``: another version of ``gluon_kernel.py`` as a module
+    (``benchmarks.prefill_kernels_ab.load_version``), else this tree's."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from graphfuse.triton.prefill import gluon_kernel
     from graphfuse.triton.prefill.config import WS_BLOCK_M, WS_BLOCK_N, ws_stages
+
+    gluon_kernel = kernel or gluon_kernel
 
     types = {"bf16": (gl.bfloat16, "bf16"), "fp8": (gl.float8e4nv, "fp8e4nv"),
              "fp16": (gl.float16, "fp16")}  # fmt: skip
@@ -170,6 +182,37 @@ def compile_prefill(
     const = {"NSTAGE": ws_stages(fast, d)}
     return _compile(gluon_kernel.ws_attention_kernel, sig, const, divisible, options, workdir,
                     GluonASTSource)  # fmt: skip
+
+
+def key_loop_blocks(cubin: str) -> list[tuple[str, int, dict]]:
+    """The basic blocks of the first consumer key loop in the prefill kernel ``cubin``'s
+    SASS (the first backward branch whose body holds at least 60 ``MUFU``, a tile's
+    exponentials, and at most 24 wgmmas): (label, instructions, opcode counts). The causal
+    mask's block runs on a row block's last tiles only; a rescale's multiplies are skipped by
+    warps whose factors are all 1 (``gluon_kernel._rescaled``)."""
+    import triton
+
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+    sass = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True, check=True)
+    lines, labels = [], {}
+    for line in sass.stdout.splitlines():
+        m = _INSTRUCTION.match(line)
+        if m:
+            lines.append(m.group(1))
+        elif m := _LABEL.match(line):
+            labels[m.group(1)] = len(lines)
+    for end, ins in enumerate(lines):
+        target = _BRANCH.search(ins)
+        first = labels.get(target.group(1), end) if target else end
+        body = lines[first : end + 1]
+        if first < end and _ops(body, "MUFU") >= 60 and _ops(body, "HGMMA", "QGMMA") <= 24:
+            starts = sorted(i for i in labels.values() if first <= i <= end)
+            names = {i: n for n, i in labels.items()}
+            return [
+                (names[a], b - a, dict(Counter(_opcode(x) for x in lines[a:b]).most_common()))
+                for a, b in zip(starts, [*starts[1:], end + 1])
+            ]
+    raise ValueError(f"{cubin}: no key loop found")
 
 
 _DECODE_ARGS = (
@@ -277,9 +320,14 @@ def decode_row_usage(cfg: dict, kv: str, workdir: str, out: str = "fp8") -> list
     return records
 
 
+def _opcode(ins: str) -> str:
+    """An instruction's opcode without its modifiers (``FMNMX`` of ``@P0 FMNMX.NAN ...``)."""
+    return ins.split()[ins[0] == "@"].split(".")[0]
+
+
 def _ops(lines: list[str], *names: str) -> int:
     """How many instructions (predicated or not) have one of ``names`` as their opcode."""
-    return sum(1 for s in lines if s.split()[s[0] == "@"].split(".")[0] in names)
+    return sum(1 for s in lines if _opcode(s) in names)
 
 
 def _record(kernel: str, lines: list[str], shared: int) -> dict:
@@ -308,20 +356,37 @@ def count_norm_act(dtype_name: str = "bfloat16") -> list[dict]:
     return records
 
 
-def count_prefill() -> list[dict]:
-    """``_record`` of each Gluon prefill variant."""
+_PREFILL_CASES = (
+    ("bf16", "fp8", False), ("fp8", "fp8", False), ("fp8", "nvfp4", False),
+    ("bf16", "bf16", False), ("fp8", "fp8", True),
+)  # fmt: skip
+
+
+def _prefill_name(inp: str, out: str, fast: bool) -> str:
+    return f"prefill {inp}{' fast' if fast else ''} -> {out}"
+
+
+def count_prefill(kernel=None) -> list[dict]:
+    """``_record`` of each Gluon prefill case (``kernel``: as ``compile_prefill``'s)."""
     with tempfile.TemporaryDirectory() as workdir:
         return [
-            _record(f"prefill {inp}{' fast' if fast else ''} -> {out}", lines, shared)
-            for inp, out, fast in (
-                ("bf16", "fp8", False),
-                ("fp8", "fp8", False),
-                ("fp8", "nvfp4", False),
-                ("bf16", "bf16", False),
-                ("fp8", "fp8", True),
-            )  # fmt: skip
-            for lines, _, shared in [compile_prefill(inp, out, workdir, fast=fast)]
+            _record(_prefill_name(inp, out, fast), lines, shared)
+            for inp, out, fast in _PREFILL_CASES
+            for lines, _, shared in [compile_prefill(inp, out, workdir, fast=fast, kernel=kernel)]
         ]
+
+
+def print_key_loops(kernel=None) -> None:
+    """``key_loop_blocks`` of each Gluon prefill case at D = 128, a table each."""
+    with tempfile.TemporaryDirectory() as workdir:
+        for inp, out, fast in _PREFILL_CASES:
+            compile_prefill(inp, out, workdir, fast=fast, kernel=kernel)
+            blocks = key_loop_blocks(os.path.join(workdir, "ws_attention_kernel.cubin"))
+            print(f"{_prefill_name(inp, out, fast)}: key loop {sum(n for _, n, _ in blocks)}")
+            print_table(["block", "instructions", "most frequent"],
+                        [[name, n, ", ".join(f"{o} {c}" for o, c in list(ops.items())[:6])]
+                         for name, n, ops in blocks])  # fmt: skip
+            print()
 
 
 def count_decode() -> list[dict]:
@@ -342,12 +407,24 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"],
                     help="the norm / activation kernels' input dtype")  # fmt: skip
     ap.add_argument("--json", default=result_path("sass_count"), help="where to write the records")
+    ap.add_argument("--prefill-kernel", metavar="FILE",
+                    help="another version of gluon_kernel.py for the prefill rows")  # fmt: skip
+    ap.add_argument("--key-loop", action="store_true",
+                    help="only the prefill key loops' basic blocks (no JSON)")  # fmt: skip
     args = ap.parse_args()
+    kernel = None
+    if args.prefill_kernel:
+        from benchmarks.prefill_kernels_ab import load_version
+
+        kernel = load_version(args.prefill_kernel, 0)
+    if args.key_loop:
+        print_key_loops(kernel)
+        return
     norm_act = count_norm_act(args.dtype)
     print_table(["kernel", "instructions", "row path", "values a thread", "a value", "spills"],
                 [[r["kernel"], r["instructions"], r["row_path"], r["values_a_thread"],
                   r["per_value"], r["spills"]] for r in norm_act])  # fmt: skip
-    prefill, decode = count_prefill(), count_decode()
+    prefill, decode = count_prefill(kernel), count_decode()
     print()
     print_table(["kernel", "instructions", "wgmma", "MUFU", "spill stores", "shared bytes"],
                 [[r["kernel"], *(r[c] for c in _COLUMNS)] for r in prefill + decode])  # fmt: skip
