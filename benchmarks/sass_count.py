@@ -98,6 +98,22 @@ def _act(dtype) -> dict:
             "values": NB_ACT * 16 // (32 * warps)}  # fmt: skip
 
 
+def _disassemble(cubin: str) -> tuple[list[str], dict[str, int]]:
+    """The SASS instructions of ``cubin`` (Triton's ``nvdisasm``) and each branch label's
+    index among them."""
+    import triton
+
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+    sass = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True, check=True)
+    lines, labels = [], {}
+    for line in sass.stdout.splitlines():
+        if m := _INSTRUCTION.match(line):
+            lines.append(m.group(1))
+        elif m := _LABEL.match(line):
+            labels[m.group(1)] = len(lines)
+    return lines, labels
+
+
 def _compile(
     fn, sig: dict, const: dict, divisible: list[str], options: dict, workdir: str, source=None
 ) -> tuple[list[str], int, int]:  # fmt: skip
@@ -121,16 +137,8 @@ def _compile(
     cubin = os.path.join(workdir, fn.__name__ + ".cubin")
     with open(cubin, "wb") as f:
         f.write(compiled.asm["cubin"])
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
-    sass = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True, check=True)
-    lines, start = [], 0
-    for line in sass.stdout.splitlines():
-        m = _INSTRUCTION.match(line)
-        if m:
-            lines.append(m.group(1))
-        elif line.startswith(".L_x_0:"):
-            start = len(lines)
-    return lines, start, compiled.metadata.shared
+    lines, labels = _disassemble(cubin)
+    return lines, labels.get(".L_x_0", 0), compiled.metadata.shared
 
 
 def _compile_norm_act(case: dict, workdir: str) -> tuple[list[str], int, int]:
@@ -159,7 +167,7 @@ def compile_prefill(
     from graphfuse.triton.prefill import gluon_kernel
     from graphfuse.triton.prefill.config import WS_BLOCK_M, WS_BLOCK_N, ws_stages
 
-    gluon_kernel = kernel or gluon_kernel
+    module = kernel or gluon_kernel
 
     types = {"bf16": (gl.bfloat16, "bf16"), "fp8": (gl.float8e4nv, "fp8e4nv"),
              "fp16": (gl.float16, "fp16")}  # fmt: skip
@@ -178,9 +186,9 @@ def compile_prefill(
             "osc_ptr": "*fp32", "qs_ptr": "*fp32", "ks_ptr": "*fp32", "vs_ptr": "*fp32",
             "qk_scale": "fp32", "sf_ptr": "*u8"}  # fmt: skip
     divisible = [n for n in _PREFILL_ARGS if n not in _PREFILL_SCALARS and n != "qk_scale"]
-    options = {"num_warps": 4, "maxnreg": gluon_kernel.MAXNREG}
+    options = {"num_warps": 4, "maxnreg": module.MAXNREG}
     const = {"NSTAGE": ws_stages(fast, d)}
-    return _compile(gluon_kernel.ws_attention_kernel, sig, const, divisible, options, workdir,
+    return _compile(module.ws_attention_kernel, sig, const, divisible, options, workdir,
                     GluonASTSource)  # fmt: skip
 
 
@@ -190,17 +198,7 @@ def key_loop_blocks(cubin: str) -> list[tuple[str, int, dict]]:
     exponentials, and at most 24 wgmmas): (label, instructions, opcode counts). The causal
     mask's block runs on a row block's last tiles only; a rescale's multiplies are skipped by
     warps whose factors are all 1 (``gluon_kernel._rescaled``)."""
-    import triton
-
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
-    sass = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True, check=True)
-    lines, labels = [], {}
-    for line in sass.stdout.splitlines():
-        m = _INSTRUCTION.match(line)
-        if m:
-            lines.append(m.group(1))
-        elif m := _LABEL.match(line):
-            labels[m.group(1)] = len(lines)
+    lines, labels = _disassemble(cubin)
     for end, ins in enumerate(lines):
         target = _BRANCH.search(ins)
         first = labels.get(target.group(1), end) if target else end
