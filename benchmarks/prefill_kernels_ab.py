@@ -6,7 +6,9 @@ process.
         [--calls NAME ...] [--shapes I ...] [--rounds 7] [--json PATH]
 
 Each file is loaded as a module of ``graphfuse/triton/prefill`` (its relative imports resolve
-there) and its ``ws_attention_kernel``, which must take this tree's arguments, stands in for
+there); a ``.diff`` file is a unified diff against this tree's ``gluon_kernel.py``, applied
+exactly where its hunks say (``apply_diff``), as the candidates in ``benchmarks/variants`` are
+kept. The version's ``ws_attention_kernel``, which must take this tree's arguments, stands in for
 this tree's while its calls run: the launcher (``launch.gluon_attention_into``, with its
 ``MAXNREG`` and ring depth) and everything before it are this tree's. With ``--tests``,
 ``tests/gpu/test_attention_ws_gpu.py`` first runs with each version in place (the acceptance
@@ -26,8 +28,10 @@ import argparse
 import functools
 import importlib.util
 import os
+import re
 import statistics
 import sys
+import tempfile
 from types import ModuleType
 
 import torch
@@ -49,9 +53,68 @@ CALLS = (
 TESTS = "tests/gpu/test_attention_ws_gpu.py"
 
 
+_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def apply_diff(source: str, diff: str) -> str:
+    """``source`` with the unified ``diff`` applied: each hunk at the line its header names,
+    its context and removed lines checked there (no fuzz, no offsets); ValueError naming the
+    first line that differs."""
+    lines = source.splitlines(keepends=True)
+    out: list[str] = []
+    pos = 0
+    rows = diff.splitlines(keepends=True)
+    i = 0
+    while i < len(rows):
+        m = _HUNK.match(rows[i])
+        i += 1
+        if not m:
+            continue  # the file headers, and text between hunks
+        old_len = 1 if m.group(2) is None else int(m.group(2))
+        new_len = 1 if m.group(3) is None else int(m.group(3))
+        start = int(m.group(1)) - (1 if old_len else 0)
+        if start < pos:
+            raise ValueError(f"hunk at line {start + 1} overlaps the one before")
+        out += lines[pos:start]
+        pos = start
+        while old_len or new_len:
+            if i == len(rows):
+                raise ValueError(f"hunk at line {start + 1} ends early")
+            row = " \n" if rows[i] == "\n" else rows[i]  # a blank context line, trimmed
+            tag, text = row[:1], row[1:]
+            i += 1
+            if tag == "\\":
+                continue  # "no newline at end of file"
+            if tag not in (" ", "-", "+"):
+                raise ValueError(f"hunk at line {start + 1} has a line {row.strip()!r}")
+            if tag in " -":
+                if pos >= len(lines) or lines[pos].rstrip("\n") != text.rstrip("\n"):
+                    raise ValueError(f"line {pos + 1} is not the diff's {text.strip()!r}")
+                pos += 1
+                old_len -= 1
+            if tag in " +":
+                out.append(lines[pos - 1] if tag == " " else text)
+                new_len -= 1
+    return "".join(out + lines[pos:])
+
+
 def load_version(path: str, index: int) -> ModuleType:
-    """``path`` as a module of ``graphfuse.triton.prefill``; SystemExit if it has no kernel."""
+    """``path`` as a module of ``graphfuse.triton.prefill`` (a ``.diff``: this tree's
+    ``gluon_kernel.py`` with it applied); SystemExit if it has no kernel or does not apply."""
     name = f"graphfuse.triton.prefill._ab_version_{index}"
+    if path.endswith(".diff"):
+        from graphfuse.triton.prefill import gluon_kernel
+
+        with open(gluon_kernel.__file__) as f, open(path) as d:
+            try:
+                source = apply_diff(f.read(), d.read())
+            except ValueError as e:
+                msg = f"benchmarks.prefill_kernels_ab: {path} does not apply: {e}"
+                raise SystemExit(msg) from None
+        # the file stays: Triton reads the kernel's source from it when it compiles
+        path = os.path.join(tempfile.mkdtemp(), os.path.basename(path)[:-5] + ".py")
+        with open(path, "w") as f:
+            f.write(source)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"benchmarks.prefill_kernels_ab: cannot load {path}")

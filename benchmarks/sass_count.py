@@ -31,7 +31,8 @@ an SM (``tests/triton_kernels/test_decode_compile.py`` runs them over every page
 
 ``--key-loop`` prints the basic blocks of each prefill case's key loop (``key_loop_blocks``)
 instead; ``--prefill-kernel`` compiles another version of ``gluon_kernel.py`` for the prefill
-rows (``benchmarks.prefill_kernels_ab.load_version``).
+rows, or this tree's with a ``.diff`` applied (``benchmarks.prefill_kernels_ab.load_version``;
+its counts are written only where ``--json`` says, never over the recorded file).
 
 Needs ``triton`` with Gluon's Hopper layer (not a dependency of graphfuse; the pinned
 ``interpret`` extra installs it).
@@ -404,9 +405,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"],
                     help="the norm / activation kernels' input dtype")  # fmt: skip
-    ap.add_argument("--json", default=result_path("sass_count"), help="where to write the records")
+    ap.add_argument("--json", help="where to write the records (default: the recorded "
+                    "results/sass_count.json, unless --prefill-kernel is given)")  # fmt: skip
     ap.add_argument("--prefill-kernel", metavar="FILE",
-                    help="another version of gluon_kernel.py for the prefill rows")  # fmt: skip
+                    help="another version of gluon_kernel.py, or a .diff of it, for the "
+                    "prefill rows")  # fmt: skip
     ap.add_argument("--key-loop", action="store_true",
                     help="only the prefill key loops' basic blocks (no JSON)")  # fmt: skip
     args = ap.parse_args()
@@ -426,7 +429,9 @@ def main() -> None:
     print()
     print_table(["kernel", "instructions", "wgmma", "MUFU", "spill stores", "shared bytes"],
                 [[r["kernel"], *(r[c] for c in _COLUMNS)] for r in prefill + decode])  # fmt: skip
-    write_json(args.json, {"norm_act": norm_act, "prefill": prefill, "decode": decode})
+    path = args.json or (None if kernel else result_path("sass_count"))
+    if path:
+        write_json(path, {"norm_act": norm_act, "prefill": prefill, "decode": decode})
 
 
 if __name__ == "__main__":

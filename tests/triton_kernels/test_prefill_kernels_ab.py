@@ -1,10 +1,12 @@
 """``benchmarks.prefill_kernels_ab`` loads another version of the Gluon prefill kernel as a
-module of ``graphfuse/triton/prefill`` (its relative imports resolve there), and refuses a
-file without the kernel with a clear message; unknown call names or shape indices are refused
-before anything runs. Skips without Triton's Gluon Hopper layer."""
+module of ``graphfuse/triton/prefill`` (its relative imports resolve there), or this tree's
+with a unified diff applied exactly where its hunks say, and refuses a file without the kernel
+or a diff that does not apply with a clear message; unknown call names or shape indices are
+refused before anything runs. Skips without Triton's Gluon Hopper layer."""
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
-from benchmarks.prefill_kernels_ab import load_version  # noqa: E402
+from benchmarks.prefill_kernels_ab import apply_diff, load_version  # noqa: E402
 from graphfuse.triton.prefill import gluon_kernel  # noqa: E402
 
 
@@ -28,6 +30,46 @@ def test_loads_a_copy_of_the_kernel_with_its_relative_imports(tmp_path: Path) ->
         assert module.__name__ == "graphfuse.triton.prefill._ab_version_90"
     finally:
         sys.modules.pop(module.__name__)
+
+
+def _diff(old: str, new: str, context: int = 3) -> str:
+    return "".join(difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), "a/k.py", "b/k.py",
+        n=context,
+    ))  # fmt: skip
+
+
+@pytest.mark.parametrize("context", [0, 1, 3])
+def test_a_diff_applies_to_exactly_the_changed_text(context: int) -> None:
+    old = "".join(f"line {i}\n" for i in range(40)) + "\n" + "last\n"
+    new = old.replace("line 0\n", "first\nline 0\n").replace("line 17\n", "")
+    new = new.replace("line 30\n", "line thirty\n\n") + "after\n"
+    assert apply_diff(old, _diff(old, new, context)) == new
+    assert apply_diff(old, "") == old
+
+
+def test_a_diff_that_does_not_fit_is_refused() -> None:
+    old = "".join(f"line {i}\n" for i in range(20))
+    diff = _diff(old, old.replace("line 9\n", "nine\n"))
+    with pytest.raises(ValueError, match="line 10 is not the diff's 'line 9'"):
+        apply_diff(old.replace("line 9\n", "line 9 moved\n"), diff)
+    with pytest.raises(ValueError, match="ends early"):
+        apply_diff(old, diff.rsplit("\n", 3)[0])
+
+
+def test_loads_the_kernel_with_a_diff_applied(tmp_path: Path) -> None:
+    source = Path(gluon_kernel.__file__).read_text()
+    diff = tmp_path / "other.diff"
+    diff.write_text(_diff(source, source.replace("MAXNREG = ", "OTHER = 2\nMAXNREG = ", 1)))
+    module = load_version(str(diff), 92)
+    try:
+        assert module.OTHER == 2 and module.__file__.endswith("other.py")
+        assert module.ws_attention_kernel is not gluon_kernel.ws_attention_kernel
+    finally:
+        sys.modules.pop(module.__name__)
+    diff.write_text(_diff(source + "x\n", source + "y\n"))  # a line the kernel does not have
+    with pytest.raises(SystemExit, match="other.diff does not apply: line"):
+        load_version(str(diff), 93)
 
 
 def test_a_file_without_the_kernel_is_refused(tmp_path: Path) -> None:
