@@ -55,6 +55,12 @@ def test_a_diff_that_does_not_fit_is_refused() -> None:
         apply_diff(old.replace("line 9\n", "line 9 moved\n"), diff)
     with pytest.raises(ValueError, match="ends early"):
         apply_diff(old, diff.rsplit("\n", 3)[0])
+    two = _diff(old, old.replace("line 2\n", "two\n").replace("line 15\n", "fifteen\n"), 1)
+    first, second = two.split("@@ -15")
+    with pytest.raises(ValueError, match="hunk at line 2 overlaps the one before"):
+        apply_diff(old, "@@ -15" + second + first.split("\n", 2)[2])  # hunks out of order
+    with pytest.raises(ValueError, match="has a line '\\*line 9'"):
+        apply_diff(old, diff.replace("-line 9", "*line 9"))
 
 
 def test_loads_the_kernel_with_a_diff_applied(tmp_path: Path) -> None:
