@@ -13,7 +13,8 @@ specialisation (pointers, sizes and strides divisible by 16) of a real launch:
   scales the values before the encode (``g`` outside ``[2**-116, 2**118)``: one or two
   multiplies a value; 75 of RMSNorm's 807), so a row issues about 730 (docs/serving.md, "Where
   the NVFP4 kernels' time goes"). The kernels are compiled for that hidden size (``K`` is a
-  compile-time constant, as the launchers pass it);
+  compile-time constant, as the launchers pass it). Beside them the FP8 RMSNorm (a program a
+  row, 8 warps), whose row path is everything up to its ``EXIT``;
 - the warp-specialised Gluon prefill kernel (D=128) for each input / output pair: its
   instructions, tensor-core instructions (``HGMMA`` / ``QGMMA``), ``MUFU`` and shared
   memory (docs/gpu.md);
@@ -82,6 +83,23 @@ def _norm(dtype, residual: bool) -> dict:
     options = {"num_warps": warps, **launch._norm_nvfp4_regs(nb, warps, loop)}
     return {"name": name, "kernel": "rms_norm_nvfp4_kernel", "sig": sig, "const": const,
             "options": options, "values": nb * 16 // (32 * warps)}  # fmt: skip
+
+
+def _norm_fp8(dtype) -> dict:
+    """The FP8 RMSNorm kernel as its launcher runs it at hidden 4096: a program a row, the row
+    in 8 warps (``BLOCK`` 4096). It has no separate row-program code: its row path is every
+    instruction up to its ``EXIT`` (the division and square-root slow paths after it)."""
+    from graphfuse.triton.norm_act import launch
+
+    ptrs = dict.fromkeys(_WORD_PTRS, f"*{dtype.name}")  # bf16 or fp16
+    sig = ptrs | {"s_ptr": "*fp32", "out_ptr": "*fp8e4nv", "sx": "i32", "sr": "i32",
+                  "eps": "fp32"}  # fmt: skip
+    const = {"K": 4096, "HAS_RES": False, "NORM_DT": dtype, "OUT_DT": dtype,
+             "WEIGHT_FIRST": False, "EARLY": launch._early(16384, 132), "BLOCK": 4096,
+             "PDL": False}  # fmt: skip
+    return {"name": "RMSNorm + FP8", "kernel": "rms_norm_fp8_kernel", "sig": sig,
+            "const": const, "options": {"num_warps": 8}, "values": 4096 // (32 * 8),
+            "whole": True}  # fmt: skip
 
 
 def _act(dtype) -> dict:
@@ -337,17 +355,18 @@ def _record(kernel: str, lines: list[str], shared: int) -> dict:
 
 
 def count_norm_act(dtype_name: str = "bfloat16") -> list[dict]:
-    """A record per NVFP4 norm / activation kernel: ``_record``'s columns, the row path
-    (from the first branch target to the last ``EXIT``) and the values a thread holds."""
+    """A record per NVFP4 norm / activation kernel, and the FP8 RMSNorm's beside them:
+    ``_record``'s columns, the row path (from the first branch target to the last ``EXIT``;
+    the FP8 kernel's: up to its ``EXIT``) and the values a thread holds."""
     import triton.language as tl
 
     dtype = getattr(tl, dtype_name)
     records = []
     with tempfile.TemporaryDirectory() as workdir:
-        for case in (_norm(dtype, False), _norm(dtype, True), _act(dtype)):
+        for case in (_norm(dtype, False), _norm(dtype, True), _act(dtype), _norm_fp8(dtype)):
             lines, start, shared = _compile_norm_act(case, workdir)
-            end = max(i for i, s in enumerate(lines) if s.split()[-1] == "EXIT")
-            row = end + 1 - start
+            exits = [i for i, s in enumerate(lines) if s.split()[-1] == "EXIT"]
+            row = exits[0] + 1 if case.get("whole") else exits[-1] + 1 - start
             records.append({
                 **_record(case["name"], lines, shared), "dtype": dtype_name, "row_path": row,
                 "values_a_thread": case["values"], "per_value": round(row / case["values"], 2),
