@@ -4,11 +4,11 @@
 The arithmetic is ``graphfuse/ops/norm_act_ref.py``'s, operation for operation (every
 division ``div_rn``, the square root ``sqrt_rn``, no fused multiply-add but where written:
 the launchers compile with ``enable_fp_fusion=False``), with the freedoms docs/numerics.md's
-GPU acceptance allows: the sum of squares is a tree reduction over the row whose leaves fuse
-two squares into one multiply-add, the activations' ``exp`` and division are the hardware's
-``ex2.approx`` and ``rcp.approx`` (within 2 and 1 ulp; the reference's exp polynomial and
-``div_rn`` made the SiLU kernels compute-bound on the H200), and the NVFP4 encode multiplier
-is the attention epilogues' (``formats.nvfp4_block_scale``).
+GPU acceptance allows: the sum of squares is a tree reduction over the row (in the NVFP4
+kernels its leaves fuse a word's two squares into one multiply-add), the activations'
+``exp`` and division are the hardware's ``ex2.approx`` and ``rcp.approx`` (within 2 and 1
+ulp; the reference's exp polynomial and ``div_rn`` made the SiLU kernels compute-bound),
+and the NVFP4 encode multiplier is the attention epilogues' (``formats.nvfp4_block_scale``).
 
 The RMSNorm kernels and the NVFP4 act_and_mul kernel take the row length ``K`` as a
 compile-time constant (a compile a hidden size): address arithmetic folds, a power-of-two

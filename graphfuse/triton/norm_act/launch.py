@@ -37,9 +37,7 @@ def _early(m: int, sms: int) -> bool:
     """Whether the norm kernels load the weight with the row, before the reduction: where the
     rows fit in one wave (at most two an SM) a row's latency is the kernel's, and the weight's
     load then overlaps the row's; with more rows the early weight costs registers the other
-    rows' programs need (docs/serving.md has the measurements: on an H100 at T = 256 the early
-    weight was 1.02-1.03x faster for all four RMSNorm ops, at T = 512 0.97-1.01x, at 1024
-    0.87-0.98x)."""
+    rows' programs need (docs/serving.md, "The weight loaded early")."""
     return m <= 2 * sms
 
 
@@ -54,9 +52,8 @@ def _act_nvfp4_warps(programs: int, sms: int) -> int:
     """Warps of an NVFP4 act_and_mul program (``NB_ACT`` blocks): 2, so a thread holds one
     whole block (16 values: no cross-thread block amax, fewest instructions a value), but 4
     (half a block a thread) where the launch has at most two programs an SM: there a thread's
-    instructions are the kernel's latency, not its throughput (on an H100 at T = 1 and 16,
-    intermediate 14336: 1.64 against 1.96 µs, 2.04 against 2.15; from T = 128 2 warps are
-    faster, docs/serving.md)."""
+    instructions are the kernel's latency, not its throughput (docs/serving.md, "The
+    act_and_mul grids")."""
     return 4 if programs <= 2 * sms else 2
 
 
@@ -78,11 +75,9 @@ def _norm_nvfp4_row_programs(m: int, sms: int, warps: int, residual: bool) -> in
     """Row programs of the NVFP4 RMSNorm launch: ``m`` (a program a row), or where each
     program would get more than four rows and there is no residual add, about
     ``NORM_NVFP4_LOOP_WARPS`` warps an SM of programs that loop over the rows, each loading
-    its next row while it computes one (``LOOP``). On an H100 at hidden 4096 without the
-    residual (docs/serving.md): 1.08-1.10x faster at T = 4096 (six rows a program), 1.06x at
-    8192, 1.03-1.04x at 16384, but 1.04x slower at T = 1024 and 2048 (two and three rows a
-    program); with the residual add (three streams, near copy speed) 1.06x slower at
-    T = 16384."""
+    its next row while it computes one (``LOOP``). With two or three rows a program, or with
+    the residual add (three streams, near copy speed), the loop measured slower
+    (docs/serving.md, "Looping launch")."""
     programs = max(1, NORM_NVFP4_LOOP_WARPS // warps) * sms
     return programs if not residual and m > 4 * programs else m
 
@@ -103,8 +98,8 @@ def _norm_nvfp4_parts(m: int, nb: int, warps: int, sms: int) -> int:
 def _norm_nvfp4_regs(nb: int, warps: int, loop: bool) -> dict:
     """The register cap of the NVFP4 RMSNorm launch: without ``LOOP``, 64 a thread for 4 warps
     over 256 blocks (hidden 4096), the occupancy the kernel has anyway; under the cap ptxas
-    issues the weight's four 16-byte loads together, 1.6-2.5% faster on an H100
-    (docs/serving.md). Elsewhere no cap (at 128 blocks it would cost occupancy; the loop
+    issues the weight's four 16-byte loads together (docs/serving.md, "Shape of the work").
+    Elsewhere no cap (at 128 blocks it would cost occupancy; the loop
     holds a second row)."""
     return {"maxnreg": 64} if warps == 4 and nb == 256 and not loop else {}
 
@@ -118,10 +113,9 @@ def _launch(device: torch.device, programs: int, loop: bool = False) -> dict:
     and, from sm_90, where the grid is at most ``PDL_PROGRAMS`` programs an SM and not the
     looping launch, a programmatic dependent launch (``kernels.dependent_start``): back to
     back, the next call's programs are placed while this one runs; after a kernel that does
-    not signal it is a plain launch. On the H200 (docs/serving.md) 1.10-1.46x faster at
-    T = 1 and 16, the RMSNorm ops 1.06-1.31x up to T = 1024; over larger grids it measured
-    slower (SiLU-and-mul + FP8 at T = 256, 3584 programs: 0.83x; the NVFP4 act_and_mul at
-    T >= 4096: 0.91-0.93x)."""
+    not signal it is a plain launch. Small grids gain most (their time is mostly the gap
+    between launches); over larger grids it measured slower (docs/serving.md, "Dependent
+    launches")."""
     pdl = has_pdl(device) and not loop and programs <= PDL_PROGRAMS * sm_count(device)
     return {**_EXACT, **dependent_launch(pdl)}
 
