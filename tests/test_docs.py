@@ -9,6 +9,7 @@ a part of that file: a heading or a bold lead-in that starts with the title.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -50,17 +51,6 @@ def repo_files() -> list[str]:
     return [f for f in files if (ROOT / f).is_file()]
 
 
-def broken_refs(text: str, citing: str, known: set[str]) -> list[str]:
-    """The ``.md`` citations in ``text`` (of the file ``citing``) that resolve to no file."""
-    folder = os.path.dirname(citing)
-    broken = []
-    for ref in MD_REF.findall(URL.sub(" ", text)):
-        candidates = (os.path.normpath(os.path.join(b, ref)) for b in ("", folder, "docs"))
-        if not any(Path(c).as_posix() in known for c in candidates):
-            broken.append(ref)
-    return broken
-
-
 def resolve(ref: str, citing: str, known: set[str]) -> str | None:
     """The repository path that the citation ``ref`` in the file ``citing`` names, or None."""
     folder = os.path.dirname(citing)
@@ -69,6 +59,11 @@ def resolve(ref: str, citing: str, known: set[str]) -> str | None:
         if path in known:
             return path
     return None
+
+
+def broken_refs(text: str, citing: str, known: set[str]) -> list[str]:
+    """The ``.md`` citations in ``text`` (of the file ``citing``) that resolve to no file."""
+    return [ref for ref in MD_REF.findall(URL.sub(" ", text)) if not resolve(ref, citing, known)]
 
 
 def titles(markdown: str) -> list[str]:
@@ -108,6 +103,7 @@ def test_cited_sections_exist() -> None:
     files = repo_files()
     known = set(files)
 
+    @functools.cache
     def read(path: str) -> str:
         return (ROOT / path).read_text(encoding="utf-8", errors="replace")
 
