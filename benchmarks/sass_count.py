@@ -62,6 +62,8 @@ _PREFILL_ARGS = (
     "causal_off", "sf_ptr", "nmb", "nmh", "nms", "nch", "nv_k", "nv_kbpad", "n_work",
 )  # fmt: skip
 _PREFILL_SCALARS = ("scale_bits", "G", "causal", "causal_off", "n_work")
+# the norm / activation kernels' launch: token rows, hidden size, SMs
+_ROWS, _HIDDEN, _SMS = 16384, 4096, 132
 
 
 def _norm(dtype, residual: bool) -> dict:
@@ -69,7 +71,7 @@ def _norm(dtype, residual: bool) -> dict:
     rows of 132 SMs: warps, ``LOOP``, ``EARLY`` and register cap from ``norm_act/launch.py``."""
     from graphfuse.triton.norm_act import launch
 
-    m, nb, sms = 16384, 256, 132
+    m, nb, sms = _ROWS, _HIDDEN // 16, _SMS
     warps = launch._norm_nvfp4_warps(nb, m, sms)
     loop = launch._norm_nvfp4_row_programs(m, sms, warps, residual) < m
     sig = dict.fromkeys(_WORD_PTRS, "*i32")
@@ -94,11 +96,11 @@ def _norm_fp8(dtype) -> dict:
     ptrs = dict.fromkeys(_WORD_PTRS, f"*{dtype.name}")  # bf16 or fp16
     sig = ptrs | {"s_ptr": "*fp32", "out_ptr": "*fp8e4nv", "sx": "i32", "sr": "i32",
                   "eps": "fp32"}  # fmt: skip
-    const = {"K": 4096, "HAS_RES": False, "NORM_DT": dtype, "OUT_DT": dtype,
-             "WEIGHT_FIRST": False, "EARLY": launch._early(16384, 132), "BLOCK": 4096,
+    const = {"K": _HIDDEN, "HAS_RES": False, "NORM_DT": dtype, "OUT_DT": dtype,
+             "WEIGHT_FIRST": False, "EARLY": launch._early(_ROWS, _SMS), "BLOCK": _HIDDEN,
              "PDL": False}  # fmt: skip
     return {"name": "RMSNorm + FP8", "kernel": "rms_norm_fp8_kernel", "sig": sig,
-            "const": const, "options": {"num_warps": 8}, "values": 4096 // (32 * 8),
+            "const": const, "options": {"num_warps": 8}, "values": _HIDDEN // (32 * 8),
             "whole": True}  # fmt: skip
 
 
@@ -107,7 +109,7 @@ def _act(dtype) -> dict:
     from graphfuse.triton.norm_act.launch import NB_ACT, _act_nvfp4_warps
 
     inter = 14336
-    warps = _act_nvfp4_warps(16384 * (inter // 16 // NB_ACT), 132)  # 16384 rows, 132 SMs
+    warps = _act_nvfp4_warps(_ROWS * (inter // 16 // NB_ACT), _SMS)
     sig = {"gate_ptr": "*i32", "up_ptr": "*i32", "g_ptr": "*fp32", "packed_ptr": "*u8",
            "scale_ptr": "*u8", "M": "i32", "sg": "i32", "su": "i32"}  # fmt: skip
     const = {"K": inter, "KB_PAD": inter // 16, "DT": dtype, "ACT": 0, "SWIZZLE": True,
